@@ -1,0 +1,40 @@
+# Every step of set-up on a fresh machine lives behind these two targets.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PACKAGES := kafka_wire main_broker proxy_broker zone_router shared_wal s3_commit telemetry cost_report fleet
+
+.PHONY: up test lint venv install install-dev apt-deps bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+install-dev: $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+
+apt-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing Debian packages: kcat"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; }
+
+up: install
+	$(BIN)/zonefleet up $(UP_ARGS)
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(PACKAGES)
+
+test: install-dev apt-deps lint
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+bench: $(BIN)/python
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python bench/produce_consume.py --compare $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
