@@ -1,0 +1,305 @@
+"""The main broker process: opens and replays its WAL, then serves Kafka clients."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kafka_wire.codec import (
+    KIO_VERSION_RANGES,
+    MalformedRequest,
+    RequestHeader,
+    api_versions_unsupported,
+    build_response,
+    decode_request,
+    encode_response,
+)
+from kafka_wire.server_loop import CloseConnection, ConnectionInfo, Finish, serve_connection
+from main_broker import api_cluster, api_fetch, group_handlers
+from main_broker.api_produce import begin_produce
+from main_broker.config import BrokerConfig
+from main_broker.group_coordinator import GroupCoordinator
+from main_broker.log_store import LogStore
+from shared_wal import WalReader, WalWriter, open_wal_fs
+from telemetry import BrokerMetrics, MetricsRegistry
+
+log = logging.getLogger("zonefleet.main_broker")
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_VERSIONS = 18
+
+# api_key -> (name, min, max). The intersection with what kio can decode is advertised.
+SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 11),
+    1: ("Fetch", 4, 16),
+    2: ("ListOffsets", 1, 8),
+    3: ("Metadata", 0, 12),
+    8: ("OffsetCommit", 2, 9),
+    9: ("OffsetFetch", 1, 9),
+    10: ("FindCoordinator", 0, 6),
+    11: ("JoinGroup", 0, 9),
+    12: ("Heartbeat", 0, 4),
+    13: ("LeaveGroup", 0, 5),
+    14: ("SyncGroup", 0, 5),
+    15: ("DescribeGroups", 0, 5),
+    16: ("ListGroups", 0, 5),
+    18: ("ApiVersions", 0, 3),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 6),
+    22: ("InitProducerId", 0, 5),
+    32: ("DescribeConfigs", 1, 4),
+    60: ("DescribeCluster", 0, 1),
+}
+GROUP_APIS = {8, 9, 11, 12, 13, 14, 15, 16}
+
+
+def advertised_versions() -> dict[int, tuple[int, int]]:
+    out: dict[int, tuple[int, int]] = {}
+    for key, (_, lo, hi) in SUPPORTED_APIS.items():
+        kio_lo, kio_hi = KIO_VERSION_RANGES.get(key, (lo, hi))
+        lo, hi = max(lo, kio_lo), min(hi, kio_hi)
+        if lo <= hi:
+            out[key] = (lo, hi)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    header: RequestHeader
+    conn: ConnectionInfo
+
+
+Handler = Callable[["MainBroker", RequestContext, Any], Awaitable[Any]]
+
+
+class MainBroker:
+    def __init__(self, config: BrokerConfig, registry: MetricsRegistry | None = None) -> None:
+        self.config = config
+        self.registry = registry or MetricsRegistry()
+        self.metrics = BrokerMetrics.create(self.registry)
+        self.versions = advertised_versions()
+        self.storage_failed = False
+        self.ready = False
+        self.bound_port: int | None = None
+        self.started_at = time.time()
+        self._handlers: dict[int, Handler] = {
+            2: api_fetch.list_offsets,
+            3: api_cluster.metadata,
+            10: api_cluster.find_coordinator,
+            19: api_cluster.create_topics,
+            20: api_cluster.delete_topics,
+            22: api_cluster.init_producer_id,
+            32: api_cluster.describe_configs,
+            60: api_cluster.describe_cluster,
+        }
+        self._auto_create_lock = trio.Lock()
+        self.store: LogStore
+        self.coordinator: GroupCoordinator
+        self.commit_nursery: trio.Nursery
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        fs = open_wal_fs(cfg.wal_url)
+        store_ref: list[LogStore] = []
+        wal = await WalWriter.open(
+            fs, cfg.wal_writer_id, cfg.wal, snapshot_provider=lambda: store_ref[0].snapshot()
+        )
+        self.store = store = LogStore(wal, WalReader(fs, cfg.wal_writer_id),
+                                      cfg.wal_cache_bytes, cfg.topic_defaults)
+        store_ref.append(store)
+        self.coordinator = GroupCoordinator(cfg.groups, _OffsetStore(store))
+        store.load_offsets = self.coordinator.load_offsets
+        store.snapshot_offsets = self._snapshot_offsets
+        started = time.monotonic()
+        count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
+        wal.on_segments_deleted = store.on_segments_deleted
+        log.info(
+            "recovered %d WAL records, %d topics, %d partitions in %.2fs",
+            count, len(store.topics), store.partition_count(), time.monotonic() - started,
+            extra={"node": cfg.node_id},
+        )
+        self.metrics.partitions.set_function(lambda: float(store.partition_count()))
+        try:
+            async with trio.open_nursery() as nursery:
+                self.commit_nursery = nursery
+                await nursery.start(wal.run)
+                await nursery.start(self.coordinator.run)
+                listeners = await nursery.start(
+                    trio.serve_tcp, self._serve, cfg.port, cfg.host  # type: ignore[arg-type]
+                )
+                self.bound_port = listeners[0].socket.getsockname()[1]
+                if cfg.advertised_port is None:
+                    cfg.advertised_port = self.bound_port
+                self.ready = True
+                log.info("main broker %d serving on %s:%d (zone %s)", cfg.node_id, cfg.host,
+                         self.bound_port, cfg.zone, extra={"node": cfg.node_id})
+                task_status.started(self.bound_port)
+        finally:
+            self.ready = False
+            with trio.CancelScope(shield=True):
+                await wal.aclose()
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        self.metrics.connections.inc()
+        try:
+            await serve_connection(
+                stream, self, max_frame_bytes=self.config.max_request_bytes,
+                max_in_flight=self.config.max_in_flight_per_connection,
+            )
+        finally:
+            self.metrics.connections.dec()
+
+    def mark_storage_failed(self, exc: BaseException) -> None:
+        if not self.storage_failed:
+            log.critical("WAL failure, refusing writes until restart: %s", exc)
+        self.storage_failed = True
+
+    def status(self) -> dict[str, Any]:
+        store = getattr(self, "store", None)
+        return {
+            "role": "main",
+            "node_id": self.config.node_id,
+            "zone": self.config.zone,
+            "ready": self.ready,
+            "storage_failed": self.storage_failed,
+            "bootstrap": "%s:%d" % self.config.advertised if self.bound_port else None,
+            "topics": len(store.topics) if store else 0,
+            "partitions": store.partition_count() if store else 0,
+            "wal_end_offset": store.wal.end_offset if store else 0,
+            "uptime_s": round(time.time() - self.started_at, 1),
+        }
+
+    def health(self) -> tuple[bool, str]:
+        if self.storage_failed:
+            return False, "WAL failed"
+        if not self.ready:
+            return False, "starting"
+        return True, "ok"
+
+    # -- topics ------------------------------------------------------------------------------
+
+    async def auto_create_topic(self, name: str) -> None:
+        async with self._auto_create_lock:
+            if name not in self.store.topics:
+                await self.store.create_topic(name, self.config.num_partitions, {})
+                log.info("auto-created topic %s", name, extra={"topic": name})
+                self.on_partitions_changed()
+
+    async def delete_topic(self, name: str) -> None:
+        await self.store.delete_topic(name)
+        self.coordinator.delete_topic_offsets(name)
+        log.info("deleted topic %s", name, extra={"topic": name})
+        self.on_partitions_changed()
+
+    def on_partitions_changed(self) -> None:
+        self.store.notify_data()
+
+    def _snapshot_offsets(self) -> dict[str, list[list[Any]]]:
+        out: dict[str, list[list[Any]]] = {}
+        for group_id, offsets in self.coordinator.committed_offsets().items():
+            out[group_id] = [
+                [topic, partition, c.offset, c.leader_epoch, c.metadata]
+                for (topic, partition), c in offsets.items()
+            ]
+        return out
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def begin(self, header: RequestHeader, frame: bytearray, conn: ConnectionInfo) -> Finish:
+        key, version = header.api_key, header.api_version
+        supported = self.versions.get(key)
+        name = SUPPORTED_APIS[key][0] if key in SUPPORTED_APIS else f"api{key}"
+        if supported is None or not supported[0] <= version <= supported[1]:
+            if key == API_VERSIONS:
+                body = api_versions_unsupported(header.correlation_id, self.versions)
+                return _ready([body])
+            raise CloseConnection(
+                f"unsupported API {name} (key {key}) version {version} "
+                f"from {conn.peer_host}:{conn.peer_port} client_id={header.client_id!r}"
+            )
+        ctx = RequestContext(header, conn)
+        self.metrics.requests.labels(name).inc()
+        started = time.perf_counter()
+        latency = self.metrics.request_latency.labels(name)
+        if key == API_PRODUCE:
+            finish = begin_produce(self, ctx, frame)
+
+            async def timed_produce() -> Sequence[bytes | memoryview] | None:
+                try:
+                    return await finish()
+                finally:
+                    latency.observe(time.perf_counter() - started)
+
+            return timed_produce
+        try:
+            request = decode_request(header, frame)
+        except MalformedRequest as exc:
+            raise CloseConnection(f"malformed {name} v{version}: {exc}") from None
+
+        async def run() -> Sequence[bytes | memoryview] | None:
+            try:
+                return await self._dispatch(ctx, name, request)
+            finally:
+                latency.observe(time.perf_counter() - started)
+
+        return run
+
+    async def _dispatch(
+        self, ctx: RequestContext, name: str, request: Any
+    ) -> Sequence[bytes | memoryview]:
+        header = ctx.header
+        key = header.api_key
+        if key == API_FETCH:
+            return await api_fetch.fetch(self, ctx, request)
+        if key == API_VERSIONS:
+            data: dict[str, Any] = self._api_versions_body()
+        elif key in GROUP_APIS:
+            data = await group_handlers.handle(
+                key, header.api_version, request, self.coordinator,
+                header.client_id or "", ctx.conn.peer_host,
+            )
+        else:
+            data = await self._handlers[key](self, ctx, request)
+        response = build_response(key, header.api_version, data)
+        return [encode_response(header, response)]
+
+    def _api_versions_body(self) -> dict[str, Any]:
+        return {
+            "error_code": ErrorCode.none,
+            "api_keys": [
+                {"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in sorted(self.versions.items())
+            ],
+            "throttle_time_ms": 0,
+        }
+
+
+def _ready(parts: Sequence[bytes]) -> Finish:
+    async def done() -> Sequence[bytes]:
+        return parts
+
+    return done
+
+
+class _OffsetStore:
+    """Adapts the log store to the coordinator's durability hook."""
+
+    def __init__(self, store: LogStore) -> None:
+        self._store = store
+
+    async def persist_offsets(
+        self, group_id: str, offsets: list[tuple[str, int, int, int, str]]
+    ) -> None:
+        await self._store.persist_offsets(group_id, offsets)
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        return self._store.partition(topic, partition) is not None

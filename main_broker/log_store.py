@@ -1,0 +1,265 @@
+"""The main broker's durable state on its WAL: topics, partition logs, offsets, producer ids.
+
+Every state change is a WAL record; on start the store replays the WAL (oldest retained
+segment first, which begins with a SNAPSHOT of everything before it) and rebuilds the same
+state. The WAL's group commit is the only durability point: callers get their answer once the
+group holding their record has been fsynced.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import trio
+
+from main_broker.partition_log import BatchEntry, PartitionLog
+from main_broker.topic_config import EffectiveTopicConfig
+from shared_wal import RecordType, WalPosition, WalReader, WalRecord, WalWriter
+
+log = logging.getLogger("zonefleet.main_broker.store")
+
+PRODUCER_ID_BLOCK = 1000
+
+
+@dataclass(slots=True)
+class TopicState:
+    name: str
+    topic_id: bytes
+    configs: dict[str, str]
+    effective: EffectiveTopicConfig
+    partitions: list[PartitionLog] = field(default_factory=list)
+
+
+class BatchCache:
+    """The WAL cache: recent batch bytes kept in memory, bounded in bytes, oldest out first."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self.bytes = 0
+        self._order: deque[BatchEntry] = deque()
+
+    def add(self, entry: BatchEntry) -> None:
+        self._order.append(entry)
+        self.bytes += entry.size
+        while self.bytes > self.budget and self._order:
+            oldest = self._order[0]
+            if oldest.position is None:
+                break  # not durable yet: the bytes are the only copy we can serve from
+            self._order.popleft()
+            oldest.data = None
+            self.bytes -= oldest.size
+
+
+class LogStore:
+    def __init__(
+        self,
+        wal: WalWriter,
+        reader: WalReader,
+        cache_budget_bytes: int,
+        topic_defaults: dict[str, str],
+    ) -> None:
+        self.wal = wal
+        self.reader = reader
+        self.cache = BatchCache(cache_budget_bytes)
+        self.topic_defaults = topic_defaults
+        self.topics: dict[str, TopicState] = {}
+        self.topics_by_id: dict[bytes, TopicState] = {}
+        self.next_producer_id = 0
+        self._producer_id_limit = 0
+        self._producer_id_lock = trio.Lock()
+        self._read_limiter = trio.CapacityLimiter(4)
+        self.data_arrived = trio.Event()
+        # Group offsets are owned by the coordinator; these hooks move them in and out.
+        self.load_offsets: Callable[[str, list[tuple[str, int, int, int, str]]], None] = (
+            lambda g, o: None
+        )
+        self.snapshot_offsets: Callable[[], dict[str, list[list[Any]]]] = dict
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def _apply_topic_create(
+        self, name: str, topic_id: bytes, partitions: int, configs: dict[str, str]
+    ) -> TopicState:
+        effective = EffectiveTopicConfig.from_explicit(configs, self.topic_defaults)
+        state = TopicState(name, topic_id, dict(configs), effective)
+        state.partitions = [PartitionLog(name, p, topic_id, effective) for p in range(partitions)]
+        self.topics[name] = state
+        self.topics_by_id[topic_id] = state
+        return state
+
+    def _apply_topic_delete(self, name: str) -> None:
+        state = self.topics.pop(name, None)
+        if state is not None:
+            self.topics_by_id.pop(state.topic_id, None)
+            for plog in state.partitions:
+                for entry in plog.entries:
+                    entry.data = None
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicState:
+        topic_id = uuid.uuid4().bytes
+        header = {"k": "topic_create", "n": name, "id": topic_id, "np": partitions, "c": configs}
+        ticket = self.wal.submit(RecordType.CONTROL, header)
+        state = self._apply_topic_create(name, topic_id, partitions, configs)
+        await ticket.wait()
+        return state
+
+    async def delete_topic(self, name: str) -> None:
+        ticket = self.wal.submit(RecordType.CONTROL, {"k": "topic_delete", "n": name})
+        self._apply_topic_delete(name)
+        await ticket.wait()
+
+    def partition(self, topic: str, partition: int) -> PartitionLog | None:
+        state = self.topics.get(topic)
+        if state is None or not 0 <= partition < len(state.partitions):
+            return None
+        return state.partitions[partition]
+
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics.values())
+
+    # -- produce -----------------------------------------------------------------------------
+
+    def submit_batch(self, plog: PartitionLog, entry: BatchEntry, header_extra: dict[str, Any]):  # type: ignore[no-untyped-def]
+        """Queue the DATA record of a freshly appended batch; returns the WAL ticket."""
+        assert entry.data is not None
+        header = {
+            "t": plog.topic,
+            "p": plog.partition,
+            "b": entry.base_offset,
+            "l": entry.last_offset,
+            "ts": entry.max_timestamp,
+            **header_extra,
+        }
+        ticket = self.wal.submit(RecordType.DATA, header, entry.data)
+        self.cache.add(entry)
+        return ticket
+
+    def on_durable(self, plog: PartitionLog, entry: BatchEntry, position: WalPosition) -> None:
+        if plog.mark_durable(entry, position):
+            self.notify_data()
+
+    def notify_data(self) -> None:
+        self.data_arrived.set()
+        self.data_arrived = trio.Event()
+
+    async def batch_bytes(self, entry: BatchEntry) -> memoryview | bytes:
+        data = entry.data
+        if data is not None:
+            return data
+        position = entry.position
+        assert position is not None, "evicted entries are always durable"
+        record = await trio.to_thread.run_sync(
+            self.reader.read_record, position, limiter=self._read_limiter
+        )
+        return record.payload
+
+    # -- producer ids ------------------------------------------------------------------------
+
+    async def allocate_producer_id(self) -> int:
+        async with self._producer_id_lock:
+            if self.next_producer_id >= self._producer_id_limit:
+                limit = self.next_producer_id + PRODUCER_ID_BLOCK
+                await self.wal.append(RecordType.CONTROL, {"k": "pids", "upto": limit})
+                self._producer_id_limit = limit
+            pid = self.next_producer_id
+            self.next_producer_id += 1
+            return pid
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    async def persist_offsets(
+        self, group_id: str, offsets: list[tuple[str, int, int, int, str]]
+    ) -> None:
+        await self.wal.append(
+            RecordType.CONTROL, {"k": "offsets", "g": group_id, "o": [list(o) for o in offsets]}
+        )
+
+    # -- snapshot and replay -----------------------------------------------------------------
+
+    def snapshot(self) -> tuple[dict[str, Any], bytes]:
+        body = {
+            "topics": [
+                {
+                    "n": t.name,
+                    "id": t.topic_id,
+                    "c": t.configs,
+                    "parts": [p.to_snapshot() for p in t.partitions],
+                }
+                for t in self.topics.values()
+            ],
+            "pid_next": self._producer_id_limit,
+            "offsets": self.snapshot_offsets(),
+        }
+        return {"k": "snapshot", "v": 1}, msgpack.packb(body, use_bin_type=True)
+
+    def _restore_snapshot(self, payload: memoryview) -> None:
+        body = msgpack.unpackb(payload, raw=False)
+        for t in body["topics"]:
+            state = self._apply_topic_create(t["n"], t["id"], len(t["parts"]), t["c"])
+            for plog, snap in zip(state.partitions, t["parts"], strict=True):
+                plog.restore_snapshot(snap)
+        self.next_producer_id = self._producer_id_limit = body["pid_next"]
+        for group_id, rows in body["offsets"].items():
+            self.load_offsets(group_id, [tuple(r) for r in rows])  # type: ignore[misc]
+
+    def replay(self, records: Iterable[WalRecord]) -> int:
+        count = 0
+        first = True
+        for record in records:
+            count += 1
+            try:
+                self._replay_one(record, first)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.error(
+                    "skipping unreadable WAL record at %s: %r", record.position, exc,
+                    extra={"position": str(record.position)},
+                )
+            first = False
+        for topic in self.topics.values():
+            for plog in topic.partitions:
+                for entry in plog.entries:
+                    if entry.data is not None:
+                        self.cache.add(entry)
+        return count
+
+    def _replay_one(self, record: WalRecord, first: bool) -> None:
+        header = record.header
+        if record.type == RecordType.SNAPSHOT:
+            # Only the oldest retained segment's snapshot matters; later ones repeat what the
+            # records before them already rebuilt.
+            if first:
+                self._restore_snapshot(record.payload)
+            return
+        if record.type == RecordType.DATA:
+            plog = self.partition(header["t"], header["p"])
+            if plog is not None:
+                plog.replay_batch(header, record.payload, record.position)
+            return
+        if record.type != RecordType.CONTROL:
+            return
+        kind = header["k"]
+        if kind == "topic_create":
+            self._apply_topic_delete(header["n"])
+            self._apply_topic_create(header["n"], header["id"], header["np"], header["c"])
+        elif kind == "topic_delete":
+            self._apply_topic_delete(header["n"])
+        elif kind == "pids":
+            self.next_producer_id = self._producer_id_limit = max(
+                self._producer_id_limit, header["upto"]
+            )
+        elif kind == "offsets":
+            self.load_offsets(header["g"], [tuple(o) for o in header["o"]])  # type: ignore[misc]
+        else:
+            log.warning("unknown control record kind %r at %s", kind, record.position)
+
+    def on_segments_deleted(self, segments: list[int]) -> None:
+        deleted = set(segments)
+        for topic in self.topics.values():
+            for plog in topic.partitions:
+                plog.drop_segments(deleted)
