@@ -1,3 +1,35 @@
 """The shared write-ahead log: per-writer segment files on a pyfilesystem2 FS,
 group-committed appends, crash recovery with torn-tail truncation, and tailing readers.
 """
+
+from shared_wal.reader import WalReader, list_writers
+from shared_wal.record import (
+    CorruptRecord,
+    OffsetOutOfRange,
+    RecordType,
+    SegmentNotFound,
+    WalError,
+    WalPosition,
+    WalRecord,
+    encode_record,
+)
+from shared_wal.storage import open_wal_fs, sync_file
+from shared_wal.writer import AppendTicket, WalConfig, WalWriter
+
+__all__ = [
+    "AppendTicket",
+    "CorruptRecord",
+    "OffsetOutOfRange",
+    "RecordType",
+    "SegmentNotFound",
+    "WalConfig",
+    "WalError",
+    "WalPosition",
+    "WalReader",
+    "WalRecord",
+    "WalWriter",
+    "encode_record",
+    "list_writers",
+    "open_wal_fs",
+    "sync_file",
+]

@@ -1,0 +1,389 @@
+"""The WAL writer: synchronous submits, one group commit (one write + one fsync) at a time."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import trio
+
+from shared_wal import storage
+from shared_wal.reader import WalReader
+from shared_wal.record import (
+    OVERHEAD,
+    Buffer,
+    RecordType,
+    WalError,
+    WalPosition,
+    WalRecord,
+    byte_view,
+    encode_prefix,
+    pack_header,
+)
+from shared_wal.recovery import recover
+from shared_wal.retention import segments_to_delete
+from shared_wal.storage import FS
+
+log = logging.getLogger("zonefleet.wal")
+
+SnapshotProvider = Callable[[], tuple[dict[str, Any], bytes]]
+
+
+@dataclass
+class WalConfig:
+    segment_bytes: int = 64 * 1024 * 1024  # roll when a segment would pass this
+    retention_bytes: int | None = None  # delete oldest sealed segments beyond this total
+    retention_ms: int | None = 7 * 24 * 3600 * 1000  # delete sealed segments older than this
+    max_group_bytes: int = 8 * 1024 * 1024  # cap on one group commit's write
+    retention_interval_s: float = 5.0  # how often run() applies retention
+
+
+class AppendTicket:
+    """One submitted record; resolves once the group holding it is durable."""
+
+    __slots__ = ("_error", "_event", "_position", "header_bytes", "nbytes", "payload", "type")
+
+    def __init__(self, rtype: RecordType, header_bytes: bytes, payload: memoryview) -> None:
+        self.type = rtype
+        self.header_bytes = header_bytes
+        self.payload = payload
+        self.nbytes = OVERHEAD + len(header_bytes) + payload.nbytes
+        self._event = trio.Event()
+        self._position: WalPosition | None = None
+        self._error: WalError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> WalPosition:
+        """The record's position once durable; WalError if its group failed."""
+        await self._event.wait()
+        if self._error is not None:
+            raise WalError(str(self._error)) from self._error
+        assert self._position is not None
+        return self._position
+
+    def _resolve(self, position: WalPosition) -> None:
+        self._position = position
+        self.payload = memoryview(b"")  # let go of the caller's buffer
+        self._event.set()
+
+    def _fail(self, error: WalError) -> None:
+        self._error = error
+        self.payload = memoryview(b"")
+        self._event.set()
+
+
+@dataclass
+class _Group:
+    tickets: list[AppendTicket]
+    segment: int
+    start: int  # byte position of the group's first record in `segment`
+    new_segment: bool
+    records: list[tuple[int, bytes, memoryview]]  # snapshot (if any) + the tickets' records
+    nbytes: int
+
+
+class WalWriter:
+    """Appends to ``wal/<writer_id>/`` on ``fs``. Create with ``await WalWriter.open(...)``."""
+
+    on_segments_deleted: Callable[[list[int]], None] | None
+    #: Retention never deletes a segment with bytes at or beyond this offset (None: no floor).
+    retention_floor: int | None
+
+    def __init__(
+        self,
+        fs: FS,
+        writer_id: str,
+        config: WalConfig,
+        snapshot_provider: SnapshotProvider | None,
+        sizes: dict[int, int],
+        mtimes: dict[int, float],
+        limiter: trio.CapacityLimiter,
+    ) -> None:
+        self.fs = fs
+        self.writer_id = writer_id
+        self.config = config
+        self.on_segments_deleted = None
+        self.retention_floor = None
+        self._snapshot_provider = snapshot_provider
+        self._dir = storage.wal_dir(writer_id)
+        self._sizes = dict(sizes)
+        self._last_write = dict(mtimes)
+        self._active: int | None = next(reversed(self._sizes)) if self._sizes else None
+        self._end = self._active + self._sizes[self._active] if self._active is not None else 0
+        self._recovered_start = next(iter(self._sizes)) if self._sizes else 0
+        self._recovered_end = self._end
+        self._file: IO[bytes] | None = None
+        self._limiter = limiter
+        self._retention_limiter = trio.CapacityLimiter(1)
+        self._retention_lock = trio.Lock()
+        self._commit_lock = trio.Lock()
+        self._queue: deque[AppendTicket] = deque()
+        self._wakeup = trio.Event()
+        self._failed: WalError | None = None
+        self._closing = False
+        self._closed = False
+        self._running = False
+        self._stopped = trio.Event()
+
+    @classmethod
+    async def open(
+        cls,
+        fs: FS,
+        writer_id: str,
+        config: WalConfig,
+        snapshot_provider: SnapshotProvider | None = None,
+    ) -> WalWriter:
+        """Recover the writer's directory (truncating bad tails) and return a writer for it."""
+        storage.check_writer_id(writer_id)
+        limiter = trio.CapacityLimiter(1)
+        recovered = await trio.to_thread.run_sync(recover, fs, writer_id, limiter=limiter)
+        return cls(
+            fs, writer_id, config, snapshot_provider, recovered.sizes, recovered.mtimes, limiter
+        )
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def end_offset(self) -> int:
+        """Logical offset just past the last durable record."""
+        return self._end
+
+    @property
+    def start_offset(self) -> int:
+        """Logical offset of the oldest retained segment."""
+        return next(iter(self._sizes)) if self._sizes else self._end
+
+    @property
+    def failed(self) -> WalError | None:
+        return self._failed
+
+    def segments(self) -> list[int]:
+        """Retained segment ids, oldest first (the last one is the active segment)."""
+        return list(self._sizes)
+
+    def replay(self) -> Iterator[WalRecord]:
+        """The records that survived recovery, oldest first, read lazily (blocking reads)."""
+        reader = WalReader(self.fs, self.writer_id)
+        return reader.iter_records(self._recovered_start, self._recovered_end)
+
+    # -- appending -------------------------------------------------------------------------
+
+    def submit(
+        self, type: RecordType, header: dict[str, Any], payload: Buffer = b""
+    ) -> AppendTicket:
+        """Queue a record now (no checkpoint: submit order is log order) and return its ticket.
+
+        The payload buffer is referenced, not copied: do not mutate it until the ticket is done.
+        """
+        if self._failed is not None:
+            raise WalError(f"WAL writer {self.writer_id} has failed: {self._failed}")
+        if self._closing:
+            raise WalError(f"WAL writer {self.writer_id} is closed")
+        ticket = AppendTicket(RecordType(type), pack_header(header), byte_view(payload))
+        if ticket.nbytes - 4 > 0xFFFFFFFF:
+            raise WalError(f"WAL record of {ticket.nbytes} bytes is too large")
+        self._queue.append(ticket)
+        self._wakeup.set()
+        return ticket
+
+    async def append(
+        self, type: RecordType, header: dict[str, Any], payload: Buffer = b""
+    ) -> WalPosition:
+        return await self.submit(type, header, payload).wait()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """The group-commit loop (and periodic retention); returns after ``aclose()``."""
+        if self._running or self._closed:
+            raise RuntimeError("WalWriter.run() is already running or the writer is closed")
+        self._running = True
+        self._stopped = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.config.retention_bytes is not None or self.config.retention_ms is not None:
+                    nursery.start_soon(self._retention_loop)
+                task_status.started()
+                await self._commit_loop()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._running = False
+            self._stopped.set()
+
+    async def _commit_loop(self) -> None:
+        while True:
+            if self._queue and self._failed is None:
+                async with self._commit_lock:
+                    await self._commit_once()
+                continue
+            if self._closing:
+                return
+            self._wakeup = trio.Event()
+            await self._wakeup.wait()
+
+    async def aclose(self) -> None:
+        """Stop accepting submits, make what is queued durable, close the active segment."""
+        if self._closed:
+            return
+        self._closing = True
+        self._wakeup.set()
+        if self._running:
+            await self._stopped.wait()
+        async with self._commit_lock:
+            # run() was never started or was cancelled: flush here.
+            while self._queue and self._failed is None:
+                await self._commit_once()
+            self._fail_queued(WalError(f"WAL writer {self.writer_id} closed"))
+            self._closed = True
+            if self._file is not None:
+                f, self._file = self._file, None
+                await trio.to_thread.run_sync(f.close, limiter=self._limiter)
+
+    # -- group commit ----------------------------------------------------------------------
+
+    def _take_group(self) -> _Group | None:
+        tickets: list[AppendTicket] = []
+        nbytes = 0
+        while self._queue:
+            ticket = self._queue[0]
+            if tickets and nbytes + ticket.nbytes > self.config.max_group_bytes:
+                break
+            tickets.append(self._queue.popleft())
+            nbytes += ticket.nbytes
+        segment = self._active
+        size = self._sizes[segment] if segment is not None else 0
+        new_segment = segment is None or (size > 0 and size + nbytes > self.config.segment_bytes)
+        if new_segment:
+            segment, size = self._end, 0
+        assert segment is not None
+        records: list[tuple[int, bytes, memoryview]] = []
+        start = size
+        if size == 0 and self._snapshot_provider is not None:
+            # Every segment starts with the owner's state so it can be replayed on its own.
+            try:
+                snap_header, snap_payload = self._snapshot_provider()
+                snap = (RecordType.SNAPSHOT, pack_header(snap_header), byte_view(snap_payload))
+            except Exception as exc:
+                log.exception("WAL %s: snapshot provider failed", self.writer_id)
+                error = WalError(f"WAL snapshot provider failed: {exc!r}")
+                for ticket in tickets:
+                    ticket._fail(error)
+                return None
+            records.append(snap)
+            size += OVERHEAD + len(snap[1]) + snap[2].nbytes
+        records.extend((t.type, t.header_bytes, t.payload) for t in tickets)
+        return _Group(tickets, segment, start, new_segment, records, size - start + nbytes)
+
+    async def _commit_once(self) -> None:
+        group = self._take_group()
+        if group is None:
+            return
+        try:
+            await trio.to_thread.run_sync(self._write_group, group, limiter=self._limiter)
+        except Exception as exc:
+            self._enter_failed(group, exc)
+            return
+        if group.new_segment:
+            if self._active is not None:
+                self._last_write[self._active] = time.time()  # sealed now
+            self._active = group.segment
+            self._sizes[group.segment] = 0
+        self._sizes[group.segment] += group.nbytes
+        self._last_write[group.segment] = time.time()
+        self._end = group.segment + self._sizes[group.segment]
+        position = self._sizes[group.segment] - sum(t.nbytes for t in group.tickets)
+        for ticket in group.tickets:
+            ticket._resolve(WalPosition(self.writer_id, group.segment, position, ticket.nbytes))
+            position += ticket.nbytes
+
+    def _write_group(self, group: _Group) -> None:
+        """Worker thread: (roll,) encode prefixes, one write, one fsync."""
+        if group.new_segment:
+            if self._file is not None:
+                self._file.close()  # already fsynced by its last group
+                self._file = None
+            path = storage.segment_path(self.writer_id, group.segment)
+            self._file = storage.open_for_append(self.fs, path, create=True)
+            storage.sync_dir(self.fs, self._dir)
+        elif self._file is None:
+            path = storage.segment_path(self.writer_id, group.segment)
+            self._file = storage.open_for_append(self.fs, path, create=False)
+        buffers: list[bytes | memoryview] = []
+        for rtype, header_bytes, payload in group.records:
+            buffers.append(encode_prefix(rtype, header_bytes, payload))
+            if payload.nbytes:
+                buffers.append(payload)
+        written = storage.write_buffers(self._file, buffers)
+        if written != group.nbytes:
+            raise WalError(f"group of {group.nbytes} bytes wrote {written}")
+        storage.sync_file(self._file)
+
+    def _enter_failed(self, group: _Group, exc: BaseException) -> None:
+        error = WalError(f"WAL write to {self._dir} failed: {exc!r}")
+        error.__cause__ = exc
+        self._failed = error
+        log.error("WAL %s: write or fsync failed, writer is now failed: %r", self.writer_id, exc)
+        for ticket in group.tickets:
+            ticket._fail(error)
+        self._fail_queued(error)
+
+    def _fail_queued(self, error: WalError) -> None:
+        while self._queue:
+            self._queue.popleft()._fail(error)
+
+    # -- retention -------------------------------------------------------------------------
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.retention_interval_s)
+            try:
+                await self.enforce_retention()
+            except Exception:
+                log.exception("WAL %s: retention failed", self.writer_id)
+
+    async def enforce_retention(self, now_ms: float | None = None) -> list[int]:
+        """Delete sealed segments beyond the retention limits now; returns their ids."""
+        async with self._retention_lock:
+            now = time.time() * 1000 if now_ms is None else now_ms
+            victims = segments_to_delete(
+                self._sizes,
+                {s: t * 1000 for s, t in self._last_write.items()},
+                active=self._active,
+                now_ms=now,
+                retention_bytes=self.config.retention_bytes,
+                retention_ms=self.config.retention_ms,
+                floor=self.retention_floor,
+            )
+            if not victims:
+                return []
+            deleted = await trio.to_thread.run_sync(
+                self._delete_segments, victims, limiter=self._retention_limiter
+            )
+            for segment in deleted:
+                self._sizes.pop(segment, None)
+                self._last_write.pop(segment, None)
+        if deleted and self.on_segments_deleted is not None:
+            self.on_segments_deleted(deleted)
+        return deleted
+
+    def _delete_segments(self, victims: list[int]) -> list[int]:
+        """Worker thread: delete oldest first, stopping at the first failure."""
+        deleted: list[int] = []
+        for segment in victims:
+            path = storage.segment_path(self.writer_id, segment)
+            try:
+                self.fs.remove(path)
+            except storage.ResourceNotFound:
+                pass
+            except Exception as exc:
+                log.warning("WAL %s: could not delete %s: %r", self.writer_id, path, exc)
+                break
+            deleted.append(segment)
+        if deleted:
+            storage.sync_dir(self.fs, self._dir)
+        return deleted

@@ -1,0 +1,199 @@
+"""WalReader: tailing across segments up to a published end, random access, deleted segments."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import trio
+
+from shared_wal import (
+    CorruptRecord,
+    OffsetOutOfRange,
+    RecordType,
+    SegmentNotFound,
+    WalConfig,
+    WalError,
+    WalPosition,
+    WalReader,
+    WalWriter,
+    list_writers,
+    open_wal_fs,
+)
+from shared_wal.storage import FS
+
+
+@pytest.fixture(params=["mem", "osfs"])
+def wal_fs(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[FS]:
+    url = "mem://" if request.param == "mem" else f"osfs://{tmp_path / 'root'}"
+    filesystem = open_wal_fs(url)
+    yield filesystem
+    filesystem.close()
+
+
+async def write_log(fs: FS, n: int, writer: str = "w1") -> tuple[WalWriter, list[WalPosition]]:
+    wal = await WalWriter.open(fs, writer, WalConfig(segment_bytes=500, retention_ms=None))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wal.run)
+        positions = [
+            await wal.append(RecordType.DATA, {"i": i}, b"%03d" % i * 30) for i in range(n)
+        ]
+        await wal.aclose()
+    return wal, positions
+
+
+async def test_tail_across_segments_stops_at_end_offset(wal_fs: FS) -> None:
+    wal, positions = await write_log(wal_fs, 20)
+    assert len(wal.segments()) >= 5
+    with WalReader(wal_fs, "w1") as reader:
+        everything = list(reader.iter_records(0, wal.end_offset))
+        assert [r.position for r in everything] == positions
+        assert all(bytes(r.payload) == b"%03d" % r.header["i"] * 30 for r in everything)
+
+        # from a record boundary inside a segment, to an end in the middle of a later record
+        start, stop = positions[3], positions[13]
+        got = list(reader.iter_records(start.offset, stop.offset + 5))
+        assert [r.position for r in got] == positions[3:13]
+
+        # an end exactly at a segment boundary
+        boundary = wal.segments()[2]
+        got = list(reader.iter_records(0, boundary))
+        assert got[-1].position.end_offset == boundary
+        assert [r.position for r in got] == [p for p in positions if p.end_offset <= boundary]
+
+        # starting at a segment start, and at the published end (nothing to read)
+        seg = wal.segments()[1]
+        assert reader.iter_records(seg, wal.end_offset).__next__().position.offset == seg
+        assert list(reader.iter_records(wal.end_offset, wal.end_offset)) == []
+        # without an end: to the end of the newest segment
+        assert [r.position for r in reader.iter_records(positions[18].offset)] == positions[18:]
+
+
+async def test_tail_never_passes_the_published_end_while_writing(wal_fs: FS) -> None:
+    wal = await WalWriter.open(wal_fs, "w1", WalConfig(segment_bytes=400, retention_ms=None))
+    reader = WalReader(wal_fs, "w1")
+    seen: list[int] = []
+    offset = 0
+
+    def read_range(start: int, end: int) -> list[Any]:
+        return list(reader.iter_records(start, end))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wal.run)
+        for i in range(30):
+            wal.submit(RecordType.DATA, {"i": i}, b"p" * 40)
+            if i % 3 == 2:
+                await trio.sleep(0)
+            published = wal.end_offset
+            batch = await trio.to_thread.run_sync(read_range, offset, published)
+            for r in batch:
+                assert r.position.end_offset <= published
+                seen.append(r.header["i"])
+                offset = r.position.end_offset
+        await wal.aclose()
+    seen.extend(r.header["i"] for r in reader.iter_records(offset, wal.end_offset))
+    assert seen == list(range(30))
+    reader.close()
+
+
+async def test_deleted_segments(wal_fs: FS) -> None:
+    wal, positions = await write_log(wal_fs, 20)
+    segs = wal.segments()
+    wal.config.retention_bytes = 1200
+    deleted = await wal.enforce_retention()
+    assert deleted and deleted == segs[: len(deleted)]
+    with WalReader(wal_fs, "w1") as reader:
+        with pytest.raises(OffsetOutOfRange, match="below the oldest"):
+            list(reader.iter_records(0, wal.end_offset))
+        kept = [p for p in positions if p.segment >= wal.start_offset]
+        assert [r.position for r in reader.iter_records(wal.start_offset)] == kept
+        with pytest.raises(SegmentNotFound):
+            reader.read_record(positions[0])
+
+
+async def test_read_record_checks_crc_and_pointer(wal_fs: FS) -> None:
+    _, positions = await write_log(wal_fs, 3)
+    target = positions[1]
+    path = f"wal/w1/{target.segment:020d}.wal"
+    with WalReader(wal_fs, "w1") as reader:
+        record = reader.read_record(target)
+        assert record.header == {"i": 1}
+        assert record.payload.readonly
+        with pytest.raises(CorruptRecord, match="length field says"):
+            reader.read_record(WalPosition("w1", target.segment, target.position, 30))
+        with pytest.raises(WalError, match="writer"):
+            reader.read_record(WalPosition("w2", target.segment, target.position, target.length))
+        beyond = WalPosition("w1", target.segment, 10_000, target.length)
+        with pytest.raises(CorruptRecord, match="segment ends"):
+            reader.read_record(beyond)
+
+    data = bytearray(wal_fs.readbytes(path))
+    data[target.position + target.length - 1] ^= 0x01
+    wal_fs.writebytes(path, bytes(data))
+    with WalReader(wal_fs, "w1") as reader:
+        with pytest.raises(CorruptRecord, match=r"00000000000000000000\.wal at byte \d+: CRC") as e:
+            reader.read_record(target)
+        assert e.value.position == target.position
+        # a bounded tail read over the bad record raises too
+        with pytest.raises(CorruptRecord, match="CRC"):
+            list(reader.iter_records(0, positions[-1].end_offset))
+
+
+async def test_unbounded_tail_of_a_dead_writer_tolerates_bad_bytes(
+    wal_fs: FS, caplog: pytest.LogCaptureFixture
+) -> None:
+    wal, positions = await write_log(wal_fs, 20)
+    segs = wal.segments()
+    last = f"wal/w1/{segs[-1]:020d}.wal"
+    wal_fs.appendbytes(last, b"\x00\x00\x01\x00partial")
+    with caplog.at_level(logging.WARNING, logger="zonefleet.wal"), WalReader(wal_fs, "w1") as r:
+        assert [rec.position for rec in r.iter_records(0)] == positions
+    assert not caplog.records  # an incomplete newest record is just not written yet
+
+    # a corrupt record in a sealed segment: warn, skip the rest of it, go on with the next
+    sealed = f"wal/w1/{segs[1]:020d}.wal"
+    data = bytearray(wal_fs.readbytes(sealed))
+    data[-1] ^= 0x01
+    wal_fs.writebytes(sealed, bytes(data))
+    with caplog.at_level(logging.WARNING, logger="zonefleet.wal"), WalReader(wal_fs, "w1") as r:
+        got = [rec.position for rec in r.iter_records(0)]
+    lost = [p for p in positions if p.segment == segs[1]][-1]
+    assert got == [p for p in positions if p != lost]
+    assert sealed in caplog.text
+    assert "skipping to the next segment" in caplog.text
+
+
+async def test_forget_closes_cached_handles(wal_fs: FS) -> None:
+    wal, positions = await write_log(wal_fs, 20)
+    with WalReader(wal_fs, "w1") as reader:
+        assert reader.read_record(positions[0]).header == {"i": 0}
+        wal.config.retention_bytes = 0
+        deleted = await wal.enforce_retention()
+        assert positions[0].segment in deleted
+        reader.forget(deleted)
+        with pytest.raises(SegmentNotFound):
+            reader.read_record(positions[0])
+
+
+async def test_concurrent_random_reads_from_threads(wal_fs: FS) -> None:
+    _, positions = await write_log(wal_fs, 40)
+    with WalReader(wal_fs, "w1") as reader:
+
+        def read(p: WalPosition) -> int:
+            record = reader.read_record(p)
+            assert bytes(record.payload) == b"%03d" % record.header["i"] * 30
+            return int(record.header["i"])
+
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(read, positions * 5))
+    assert got == list(range(40)) * 5
+
+
+async def test_list_writers(wal_fs: FS) -> None:
+    assert list_writers(wal_fs) == []
+    await write_log(wal_fs, 1, "main-a")
+    await write_log(wal_fs, 1, "proxy-b")
+    assert list_writers(wal_fs) == ["main-a", "proxy-b"]
