@@ -1,0 +1,838 @@
+"""Kafka's classic consumer-group coordinator: membership state machine, rebalance and session
+timers, and the in-memory committed offsets (made durable through an ``OffsetStore``)."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+from kio.schema.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+NONE = int(ErrorCode.none)
+COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+OFFSET_METADATA_TOO_LARGE = int(ErrorCode.offset_metadata_too_large)
+ILLEGAL_GENERATION = int(ErrorCode.illegal_generation)
+INCONSISTENT_GROUP_PROTOCOL = int(ErrorCode.inconsistent_group_protocol)
+INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
+UNKNOWN_MEMBER_ID = int(ErrorCode.unknown_member_id)
+INVALID_SESSION_TIMEOUT = int(ErrorCode.invalid_session_timeout)
+REBALANCE_IN_PROGRESS = int(ErrorCode.rebalance_in_progress)
+MEMBER_ID_REQUIRED = int(ErrorCode.member_id_required)
+GROUP_MAX_SIZE_REACHED = int(ErrorCode.group_max_size_reached)
+FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# READ (3), DELETE (6) and DESCRIBE (8): everything a group supports; there are no ACLs here.
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+OffsetTuple = tuple[str, int, int, int, str]  # topic, partition, offset, leader epoch, metadata
+
+
+class OffsetStore(Protocol):
+    """Durability and topic knowledge the broker provides to the coordinator."""
+
+    async def persist_offsets(self, group_id: str, offsets: list[OffsetTuple]) -> None:
+        """Return once the offsets are durable."""
+
+    def partition_exists(self, topic: str, partition: int) -> bool: ...
+
+
+@dataclass
+class GroupConfig:
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 300
+    group_max_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
+    # A member that joined but never completed a rebalance is dropped after this (Kafka: 5 min).
+    new_member_join_timeout_ms: int = 300_000
+    # An Empty group without offsets is forgotten after this.
+    empty_group_retention_ms: int = 600_000
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class _Reply:
+    """A response that a pending JoinGroup/SyncGroup call waits for."""
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.value: dict[str, Any] = {}
+
+    def send(self, value: dict[str, Any]) -> None:
+        if not self.event.is_set():
+            self.value = value
+            self.event.set()
+
+    async def wait(self) -> dict[str, Any]:
+        await self.event.wait()
+        return self.value
+
+
+@dataclass(eq=False)
+class _Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    session_deadline: float
+    is_new: bool = True
+    assignment: bytes = b""
+    join_reply: _Reply | None = None
+    sync_reply: _Reply | None = None
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        return next((m for n, m in self.protocols if n == protocol), b"")
+
+
+@dataclass(eq=False)
+class _Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, _Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending_members: dict[str, float] = field(default_factory=dict)  # member id -> expiry
+    pending_sync: set[str] = field(default_factory=set)
+    join_deadline: float | None = None
+    in_initial_delay: bool = False
+    initial_remaining_s: float = 0.0
+    new_member_added: bool = False
+    sync_deadline: float | None = None
+    empty_deadline: float | None = None
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    offset_seq: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def rebalance_timeout_s(self) -> float:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0) / 1000
+
+    def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]], me: str) -> bool:
+        if not protocol_type or not protocols:
+            return False
+        others = [m for m in self.members.values() if m.member_id != me]
+        if not others:
+            return True
+        if protocol_type != self.protocol_type:
+            return False
+        return any(all(any(n == p for n, _ in m.protocols) for m in others) for p, _ in protocols)
+
+    def select_protocol(self) -> str:
+        members = list(self.members.values())
+        candidates = {n for n, _ in members[0].protocols}
+        for m in members[1:]:
+            candidates &= {n for n, _ in m.protocols}
+        votes: dict[str, int] = {}
+        for m in members:
+            vote = next((n for n, _ in m.protocols if n in candidates), m.protocols[0][0])
+            votes[vote] = votes.get(vote, 0) + 1
+        # Ties go to the protocol voted for first (dict order), i.e. the earliest member's choice.
+        return max(votes, key=lambda n: votes[n])
+
+    def member_list(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata_for(self.protocol_name),
+            }
+            for m in self.members.values()
+        ]
+
+
+def _join_response(
+    error: int,
+    member_id: str,
+    group: _Group | None = None,
+    members: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    ok = group is not None and error == NONE
+    return {
+        "error_code": error,
+        "generation_id": group.generation if ok and group else -1,
+        "protocol_type": group.protocol_type if ok and group else None,
+        "protocol_name": group.protocol_name if ok and group else None,
+        "leader": (group.leader_id or "") if ok and group else "",
+        "skip_assignment": False,
+        "member_id": member_id,
+        "members": members or [],
+    }
+
+
+def _sync_response(
+    error: int, group: _Group | None = None, assignment: bytes = b""
+) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "protocol_type": group.protocol_type if group and error == NONE else None,
+        "protocol_name": group.protocol_name if group and error == NONE else None,
+        "assignment": assignment,
+    }
+
+
+class GroupCoordinator:
+    """Classic group protocol for every group this broker coordinates."""
+
+    def __init__(self, config: GroupConfig, store: OffsetStore) -> None:
+        self.config = config
+        self.store = store
+        self._groups: dict[str, _Group] = {}
+        self._wakeup = trio.Event()
+        self._next_wake = -math.inf  # until run() starts, nobody needs waking
+        self._commit_seq = 0
+
+    # ----------------------------------------------------------------- timers
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Fire session, rebalance, sync and cleanup deadlines forever."""
+        task_status.started()
+        while True:
+            self._fire_timers(trio.current_time())
+            self._next_wake = self._next_deadline()
+            self._wakeup = trio.Event()
+            with trio.move_on_at(self._next_wake):
+                await self._wakeup.wait()
+
+    def _arm(self, deadline: float) -> None:
+        if deadline < self._next_wake:
+            self._wakeup.set()
+
+    def _next_deadline(self) -> float:
+        best = math.inf
+        for g in self._groups.values():
+            for d in (g.join_deadline, g.sync_deadline, g.empty_deadline):
+                if d is not None and d < best:
+                    best = d
+            for d in g.pending_members.values():
+                best = min(best, d)
+            for m in g.members.values():
+                best = min(best, m.session_deadline)
+        return best
+
+    def _fire_timers(self, now: float) -> None:
+        for g in list(self._groups.values()):
+            for mid, expiry in list(g.pending_members.items()):
+                if expiry <= now:
+                    del g.pending_members[mid]
+                    if g.state is GroupState.PREPARING_REBALANCE:
+                        self._maybe_complete_join(g)
+            for m in list(g.members.values()):
+                if m.session_deadline > now or g.members.get(m.member_id) is not m:
+                    continue
+                if not m.is_new and (m.join_reply is not None or m.sync_reply is not None):
+                    # Kafka keeps members alive while their join/sync is parked here.
+                    m.session_deadline = now + m.session_timeout_ms / 1000
+                    continue
+                log.info("group %s: member %s session expired", g.group_id, m.member_id)
+                self._remove_member_and_update(g, m)
+            if g.join_deadline is not None and g.join_deadline <= now:
+                self._on_join_timer(g, now)
+            if g.sync_deadline is not None and g.sync_deadline <= now:
+                g.sync_deadline = None
+                for mid in list(g.pending_sync):
+                    member = g.members.get(mid)
+                    if member is not None:
+                        log.info("group %s: member %s never synced", g.group_id, mid)
+                        self._remove_member_and_update(g, member)
+            if g.empty_deadline is not None and g.empty_deadline <= now:
+                g.empty_deadline = None
+                if g.state is GroupState.EMPTY and not g.offsets and not g.pending_members:
+                    g.state = GroupState.DEAD
+                    del self._groups[g.group_id]
+
+    def _on_join_timer(self, g: _Group, now: float) -> None:
+        g.join_deadline = None
+        if g.in_initial_delay and g.new_member_added and g.initial_remaining_s > 0:
+            # New members keep arriving: wait another initial delay, within the rebalance timeout.
+            delay = self.config.group_initial_rebalance_delay_ms / 1000
+            g.new_member_added = False
+            g.join_deadline = now + min(delay, g.initial_remaining_s)
+            g.initial_remaining_s = max(g.initial_remaining_s - delay, 0.0)
+            return
+        self._complete_join(g)
+
+    # ------------------------------------------------------------- rebalance
+    def _set_empty(self, g: _Group) -> None:
+        g.state = GroupState.EMPTY
+        g.empty_deadline = trio.current_time() + self.config.empty_group_retention_ms / 1000
+        self._arm(g.empty_deadline)
+
+    def _prepare_rebalance(self, g: _Group) -> None:
+        if g.state is GroupState.COMPLETING_REBALANCE:
+            for m in g.members.values():
+                m.assignment = b""
+                if m.sync_reply is not None:
+                    m.sync_reply.send(_sync_response(REBALANCE_IN_PROGRESS))
+                    m.sync_reply = None
+        g.pending_sync.clear()
+        g.sync_deadline = None
+        g.empty_deadline = None
+        now = trio.current_time()
+        timeout = g.rebalance_timeout_s()
+        if g.state is GroupState.EMPTY:
+            delay = self.config.group_initial_rebalance_delay_ms / 1000
+            g.in_initial_delay = True
+            g.new_member_added = False
+            g.initial_remaining_s = max(timeout - delay, 0.0)
+            g.join_deadline = now + min(delay, timeout)
+        else:
+            g.in_initial_delay = False
+            g.join_deadline = now + timeout
+        g.state = GroupState.PREPARING_REBALANCE
+        self._arm(g.join_deadline)
+
+    def _maybe_prepare_rebalance(self, g: _Group) -> None:
+        if g.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(g)
+        self._maybe_complete_join(g)
+
+    def _maybe_complete_join(self, g: _Group) -> None:
+        if (
+            g.state is GroupState.PREPARING_REBALANCE
+            and not g.in_initial_delay
+            and not g.pending_members
+            and all(m.join_reply is not None for m in g.members.values())
+        ):
+            self._complete_join(g)
+
+    def _complete_join(self, g: _Group) -> None:
+        g.join_deadline = None
+        g.in_initial_delay = False
+        for m in list(g.members.values()):
+            if m.join_reply is None and m.group_instance_id is None:
+                self._remove_member(g, m)
+        joined = [m for m in g.members.values() if m.join_reply is not None]
+        now = trio.current_time()
+        if not joined and g.members:
+            # Only static members that have not rejoined: wait for them or their session expiry.
+            g.join_deadline = now + max(g.rebalance_timeout_s(), 0.01)
+            self._arm(g.join_deadline)
+            return
+        if g.leader_id not in {m.member_id for m in joined}:
+            g.leader_id = joined[0].member_id if joined else None
+        g.generation += 1
+        if not g.members:
+            g.protocol_name = None
+            self._set_empty(g)
+            return
+        g.protocol_name = g.select_protocol()
+        g.state = GroupState.COMPLETING_REBALANCE
+        for m in g.members.values():
+            if m.join_reply is not None:
+                members = g.member_list() if m.member_id == g.leader_id else []
+                m.join_reply.send(_join_response(NONE, m.member_id, g, members))
+                m.join_reply = None
+            m.is_new = False
+            m.session_deadline = now + m.session_timeout_ms / 1000
+            g.pending_sync.add(m.member_id)
+        g.sync_deadline = now + g.rebalance_timeout_s()
+        self._arm(g.sync_deadline)
+
+    def _remove_member(self, g: _Group, m: _Member) -> None:
+        del g.members[m.member_id]
+        if (
+            m.group_instance_id is not None
+            and g.static_members.get(m.group_instance_id) == m.member_id
+        ):
+            del g.static_members[m.group_instance_id]
+        g.pending_sync.discard(m.member_id)
+        if g.leader_id == m.member_id:
+            g.leader_id = next(iter(g.members), None)
+
+    def _remove_member_and_update(
+        self, g: _Group, m: _Member, error: int = UNKNOWN_MEMBER_ID
+    ) -> None:
+        if m.join_reply is not None:
+            m.join_reply.send(_join_response(error, m.member_id))
+            m.join_reply = None
+        if m.sync_reply is not None:
+            m.sync_reply.send(_sync_response(error))
+            m.sync_reply = None
+        self._remove_member(g, m)
+        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(g)
+        elif g.state is GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(g)
+
+    def _validate_member(
+        self, g: _Group, member_id: str, instance_id: str | None, generation: int | None = None
+    ) -> int:
+        if instance_id is not None and g.static_members.get(instance_id, member_id) != member_id:
+            return FENCED_INSTANCE_ID
+        if member_id not in g.members:
+            return UNKNOWN_MEMBER_ID
+        if generation is not None and generation != g.generation:
+            return ILLEGAL_GENERATION
+        return NONE
+
+    def _heartbeat(self, m: _Member) -> None:
+        m.session_deadline = trio.current_time() + m.session_timeout_ms / 1000
+
+    # ------------------------------------------------------------- JoinGroup
+    async def join_group(
+        self,
+        *,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        require_known_member_id: bool,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """JoinGroup; returns the response dict once the rebalance completes (or at once)."""
+        cfg = self.config
+        if not group_id:
+            return _join_response(INVALID_GROUP_ID, member_id)
+        if (
+            not cfg.group_min_session_timeout_ms
+            <= session_timeout_ms
+            <= cfg.group_max_session_timeout_ms
+        ):
+            return _join_response(INVALID_SESSION_TIMEOUT, member_id)
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms
+        g = self._groups.get(group_id)
+        if g is None:
+            if member_id:
+                return _join_response(UNKNOWN_MEMBER_ID, member_id)
+            g = self._groups[group_id] = _Group(group_id)
+            self._set_empty(g)
+        if reason:
+            log.debug("group %s: join by %r: %s", group_id, member_id, reason)
+        spec = _Member(
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            client_id=client_id,
+            client_host=client_host,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=list(protocols),
+            session_deadline=0.0,
+        )
+        if not member_id:
+            result = self._join_new_member(g, spec, require_known_member_id)
+        else:
+            result = self._join_known_member(g, spec)
+        if g.state is GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(g)
+        return result if isinstance(result, dict) else await result.wait()
+
+    def _join_new_member(
+        self, g: _Group, spec: _Member, require_known: bool
+    ) -> dict[str, Any] | _Reply:
+        instance = spec.group_instance_id
+        old_id = g.static_members.get(instance) if instance is not None else None
+        # A restarted static member is checked against the others, not against its old self.
+        if not g.supports(spec.protocol_type, spec.protocols, old_id or ""):
+            return _join_response(INCONSISTENT_GROUP_PROTOCOL, "")
+        spec.member_id = f"{spec.client_id}-{uuid.uuid4()}"
+        if old_id is not None:
+            return self._replace_static_member(g, g.members[old_id], spec)
+        if len(g.members) + len(g.pending_members) >= self.config.group_max_size:
+            return _join_response(GROUP_MAX_SIZE_REACHED, "")
+        if spec.group_instance_id is None and require_known:
+            # KIP-394: hand out the id first, so a client that never reads the answer adds nobody.
+            expiry = trio.current_time() + spec.session_timeout_ms / 1000
+            g.pending_members[spec.member_id] = expiry
+            self._arm(expiry)
+            return _join_response(MEMBER_ID_REQUIRED, spec.member_id)
+        return self._add_member_and_rebalance(g, spec)
+
+    def _join_known_member(self, g: _Group, spec: _Member) -> dict[str, Any] | _Reply:
+        mid = spec.member_id
+        if mid in g.pending_members and spec.group_instance_id is None:
+            if not g.supports(spec.protocol_type, spec.protocols, mid):
+                return _join_response(INCONSISTENT_GROUP_PROTOCOL, mid)
+            del g.pending_members[mid]
+            return self._add_member_and_rebalance(g, spec)
+        error = self._validate_member(g, mid, spec.group_instance_id)
+        if error != NONE:
+            return _join_response(error, mid)
+        if not g.supports(spec.protocol_type, spec.protocols, mid):
+            return _join_response(INCONSISTENT_GROUP_PROTOCOL, mid)
+        m = g.members[mid]
+        unchanged = m.protocols == spec.protocols and m.protocol_type == spec.protocol_type
+        if g.state is GroupState.COMPLETING_REBALANCE and unchanged:
+            # It probably lost the JoinGroup response: give it the current generation again.
+            members = g.member_list() if mid == g.leader_id else []
+            return _join_response(NONE, mid, g, members)
+        if g.state is GroupState.STABLE and unchanged and mid != g.leader_id:
+            return _join_response(NONE, mid, g)
+        m.protocols = spec.protocols
+        m.protocol_type = spec.protocol_type
+        m.session_timeout_ms = spec.session_timeout_ms
+        m.rebalance_timeout_ms = spec.rebalance_timeout_ms
+        reply = m.join_reply = m.join_reply or _Reply()
+        self._maybe_prepare_rebalance(g)
+        return reply
+
+    def _add_member_and_rebalance(self, g: _Group, spec: _Member) -> _Reply:
+        now = trio.current_time()
+        spec.session_deadline = now + self.config.new_member_join_timeout_ms / 1000
+        spec.join_reply = _Reply()
+        if not g.members:
+            g.protocol_type = spec.protocol_type
+        if g.state is GroupState.PREPARING_REBALANCE and g.generation == 0:
+            g.new_member_added = True
+        g.members[spec.member_id] = spec
+        if spec.group_instance_id is not None:
+            g.static_members[spec.group_instance_id] = spec.member_id
+        if g.leader_id is None:
+            g.leader_id = spec.member_id
+        self._arm(spec.session_deadline)
+        self._maybe_prepare_rebalance(g)
+        return spec.join_reply
+
+    def _replace_static_member(
+        self, g: _Group, old: _Member, spec: _Member
+    ) -> dict[str, Any] | _Reply:
+        """KIP-345: a known instance id rejoined with a new member id; fence the old one."""
+        assert spec.group_instance_id is not None
+        for reply, resp in (
+            (old.join_reply, _join_response(FENCED_INSTANCE_ID, old.member_id)),
+            (old.sync_reply, _sync_response(FENCED_INSTANCE_ID)),
+        ):
+            if reply is not None:
+                reply.send(resp)
+        unchanged = old.protocols == spec.protocols and old.protocol_type == spec.protocol_type
+        old_leader = g.leader_id
+        spec.assignment = old.assignment
+        spec.is_new = False
+        self._heartbeat(spec)
+        # Keep the member's position in the group's join order.
+        g.members = {(spec.member_id if k == old.member_id else k): v for k, v in g.members.items()}
+        g.members[spec.member_id] = spec
+        g.static_members[spec.group_instance_id] = spec.member_id
+        if g.pending_sync and old.member_id in g.pending_sync:
+            g.pending_sync.discard(old.member_id)
+            g.pending_sync.add(spec.member_id)
+        if g.leader_id == old.member_id:
+            g.leader_id = spec.member_id
+        if g.state is GroupState.STABLE and unchanged:
+            # The old leader id is returned so that nobody runs a pointless assignment.
+            resp = _join_response(NONE, spec.member_id, g)
+            resp["leader"] = old_leader or ""
+            return resp
+        spec.join_reply = _Reply()
+        if g.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(g)
+        return spec.join_reply
+
+    # ------------------------------------------------------ Sync / Heartbeat
+    async def sync_group(
+        self,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignments: Sequence[tuple[str, bytes]] = (),
+    ) -> dict[str, Any]:
+        """SyncGroup; followers wait here until the leader has sent the assignments."""
+        if not group_id:
+            return _sync_response(INVALID_GROUP_ID)
+        g = self._groups.get(group_id)
+        if g is None:
+            return _sync_response(UNKNOWN_MEMBER_ID)
+        error = self._validate_member(g, member_id, group_instance_id, generation_id)
+        if error == NONE and (
+            (protocol_type is not None and protocol_type != g.protocol_type)
+            or (protocol_name is not None and protocol_name != g.protocol_name)
+        ):
+            error = INCONSISTENT_GROUP_PROTOCOL
+        if error != NONE:
+            return _sync_response(error)
+        if g.state is GroupState.PREPARING_REBALANCE:
+            return _sync_response(REBALANCE_IN_PROGRESS)
+        m = g.members[member_id]
+        g.pending_sync.discard(member_id)
+        self._heartbeat(m)
+        if g.state is GroupState.STABLE:
+            return _sync_response(NONE, g, m.assignment)
+        if m.sync_reply is not None:
+            m.sync_reply.send(_sync_response(REBALANCE_IN_PROGRESS))
+        reply = m.sync_reply = _Reply()
+        if member_id == g.leader_id:
+            given = dict(assignments)
+            for other in g.members.values():
+                other.assignment = given.get(other.member_id, b"")
+                if other.sync_reply is not None:
+                    other.sync_reply.send(_sync_response(NONE, g, other.assignment))
+                    other.sync_reply = None
+            g.state = GroupState.STABLE
+            if not g.pending_sync:
+                g.sync_deadline = None
+        return await reply.wait()
+
+    async def heartbeat(
+        self,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Heartbeat: keeps the session alive and tells members about a rebalance."""
+        if not group_id:
+            return {"error_code": INVALID_GROUP_ID}
+        g = self._groups.get(group_id)
+        if g is None:
+            return {"error_code": UNKNOWN_MEMBER_ID}
+        error = self._validate_member(g, member_id, group_instance_id, generation_id)
+        if error == NONE:
+            self._heartbeat(g.members[member_id])
+            if g.state is GroupState.PREPARING_REBALANCE:
+                error = REBALANCE_IN_PROGRESS
+        return {"error_code": error}
+
+    async def leave_group(
+        self, *, group_id: str, members: Sequence[tuple[str, str | None]], reason: str | None = None
+    ) -> dict[str, Any]:
+        """LeaveGroup for a batch of (member_id, group_instance_id)."""
+        if not group_id:
+            return {"error_code": INVALID_GROUP_ID, "members": []}
+        g = self._groups.get(group_id)
+        results = []
+        for member_id, instance_id in members:
+            error = NONE
+            if g is None:
+                error = UNKNOWN_MEMBER_ID
+            elif not member_id:
+                current = g.static_members.get(instance_id) if instance_id is not None else None
+                if current is None:
+                    error = UNKNOWN_MEMBER_ID
+                else:
+                    self._remove_member_and_update(g, g.members[current])
+            elif member_id in g.pending_members:
+                del g.pending_members[member_id]
+                self._maybe_complete_join(g)
+            else:
+                error = self._validate_member(g, member_id, instance_id)
+                if error == NONE:
+                    self._remove_member_and_update(g, g.members[member_id])
+            results.append(
+                {"member_id": member_id, "group_instance_id": instance_id, "error_code": error}
+            )
+        if reason:
+            log.debug("group %s: leave: %s", group_id, reason)
+        return {"error_code": NONE, "members": results}
+
+    # --------------------------------------------------------------- offsets
+    async def commit_offsets(
+        self,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Sequence[tuple[str, int, int, int, str | None]],
+    ) -> dict[str, Any]:
+        """OffsetCommit; returns {"topics": [{name, partitions: [{partition_index, error_code}]}]}.
+
+        Offsets are (topic, partition, offset, leader_epoch, metadata or None)."""
+        g = self._groups.get(group_id)
+        error = NONE
+        if g is None:
+            if generation_id < 0:
+                g = self._groups[group_id] = _Group(group_id)
+                self._set_empty(g)
+            else:
+                error = ILLEGAL_GENERATION
+        elif (
+            group_instance_id is not None
+            and g.static_members.get(group_instance_id, member_id) != member_id
+        ):
+            error = FENCED_INSTANCE_ID
+        elif generation_id < 0 and g.state is GroupState.EMPTY:
+            pass  # the group only uses Kafka to store offsets
+        elif member_id not in g.members:
+            error = UNKNOWN_MEMBER_ID
+        elif generation_id != g.generation:
+            error = ILLEGAL_GENERATION
+        elif g.state is GroupState.COMPLETING_REBALANCE:
+            error = REBALANCE_IN_PROGRESS
+        else:
+            self._heartbeat(g.members[member_id])
+        errors: dict[tuple[str, int], int] = {}
+        to_store: list[OffsetTuple] = []
+        for topic, partition, offset, epoch, metadata in offsets:
+            key = (topic, partition)
+            if error != NONE:
+                errors[key] = error
+            elif not self.store.partition_exists(topic, partition):
+                errors[key] = UNKNOWN_TOPIC_OR_PARTITION
+            elif metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
+                errors[key] = OFFSET_METADATA_TOO_LARGE
+            else:
+                errors[key] = NONE
+                to_store.append((topic, partition, offset, epoch, metadata or ""))
+        if to_store:
+            self._commit_seq += 1
+            seq = self._commit_seq
+            try:
+                await self.store.persist_offsets(group_id, to_store)
+            except Exception:
+                log.exception("group %s: persisting offsets failed", group_id)
+                for topic, partition, *_ in to_store:
+                    errors[(topic, partition)] = COORDINATOR_NOT_AVAILABLE
+            else:
+                self._apply_offsets(group_id, to_store, seq)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), code in errors.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "error_code": code}
+            )
+        return {"topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    def _apply_offsets(self, group_id: str, offsets: Iterable[OffsetTuple], seq: int) -> None:
+        g = self._groups.get(group_id)
+        if g is None:
+            g = self._groups[group_id] = _Group(group_id)
+        for topic, partition, offset, epoch, metadata in offsets:
+            key = (topic, partition)
+            # Concurrent commits are applied in submission order (the order the store logged).
+            if g.offset_seq.get(key, -1) <= seq:
+                g.offset_seq[key] = seq
+                g.offsets[key] = CommittedOffset(offset, epoch, metadata)
+
+    def load_offsets(self, group_id: str, offsets: Iterable[OffsetTuple]) -> None:
+        """Replay durable offsets (broker start-up, before serving)."""
+        self._apply_offsets(group_id, offsets, 0)
+
+    def committed_offsets(self) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+        return {gid: dict(g.offsets) for gid, g in self._groups.items() if g.offsets}
+
+    def delete_topic_offsets(self, topic: str) -> None:
+        for g in self._groups.values():
+            for key in [k for k in g.offsets if k[0] == topic]:
+                del g.offsets[key]
+                g.offset_seq.pop(key, None)
+            if not g.offsets and g.state is GroupState.EMPTY and g.empty_deadline is None:
+                self._set_empty(g)
+
+    def fetch_offsets(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None
+    ) -> dict[str, Any]:
+        """OffsetFetch for one group; ``topics=None`` means every partition it has offsets for."""
+        g = self._groups.get(group_id)
+        offsets = g.offsets if g is not None else {}
+        if topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(offsets):
+                wanted.setdefault(topic, []).append(partition)
+            topics = list(wanted.items())
+        result = []
+        for topic, partitions in topics:
+            parts = []
+            for p in partitions:
+                c = offsets.get((topic, p))
+                error = NONE
+                if c is None and not self.store.partition_exists(topic, p):
+                    error = UNKNOWN_TOPIC_OR_PARTITION
+                parts.append(
+                    {
+                        "partition_index": p,
+                        "committed_offset": c.offset if c else -1,
+                        "committed_leader_epoch": c.leader_epoch if c else -1,
+                        "metadata": c.metadata if c else "",
+                        "error_code": error,
+                    }
+                )
+            result.append({"name": topic, "partitions": parts})
+        return {"error_code": NONE, "topics": result}
+
+    # ------------------------------------------------------ List / Describe
+    def list_groups(
+        self, states_filter: Sequence[str] = (), types_filter: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        states = {s.lower() for s in states_filter}
+        types = {t.lower() for t in types_filter}
+        groups = [
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type or "",
+                "group_state": g.state.value,
+                "group_type": "classic",
+            }
+            for g in self._groups.values()
+            if g.state is not GroupState.DEAD
+            and (not states or g.state.value.lower() in states)
+            and (not types or "classic" in types)
+        ]
+        return {"error_code": NONE, "groups": groups}
+
+    def describe_groups(
+        self, group_ids: Sequence[str], include_authorized_operations: bool = False
+    ) -> dict[str, Any]:
+        ops = (
+            GROUP_AUTHORIZED_OPERATIONS
+            if include_authorized_operations
+            else AUTHORIZED_OPERATIONS_OMITTED
+        )
+        out = []
+        for gid in group_ids:
+            g = self._groups.get(gid)
+            desc: dict[str, Any] = {
+                "error_code": NONE if gid else INVALID_GROUP_ID,
+                "error_message": None,
+                "group_id": gid,
+                "group_state": GroupState.DEAD.value,
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": ops,
+            }
+            if g is not None and gid:
+                stable = g.state is GroupState.STABLE
+                desc["group_state"] = g.state.value
+                desc["protocol_type"] = g.protocol_type or ""
+                desc["protocol_data"] = (g.protocol_name or "") if stable else ""
+                desc["members"] = [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        # Kafka shows metadata and assignment only for a Stable group.
+                        "member_metadata": m.metadata_for(g.protocol_name) if stable else b"",
+                        "member_assignment": m.assignment if stable else b"",
+                    }
+                    for m in g.members.values()
+                ]
+            out.append(desc)
+        return {"groups": out}
