@@ -96,8 +96,8 @@ async def serve_connection(
                     nursery.start_soon(_finish, slot, finish)
             # Reader done: pending responses still go out (the writer drains the channel), unless
             # the peer is gone, in which case the writer fails and the nursery unwinds.
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass
+    except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+        log.debug("connection %s:%s ended: %r", conn.peer_host, conn.peer_port, group.exceptions)
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             await stream.aclose()

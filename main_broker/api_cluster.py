@@ -241,7 +241,7 @@ def broker_config_values(broker: MainBroker) -> dict[str, str]:
         "num.partitions": str(c.num_partitions),
         "socket.request.max.bytes": str(c.max_request_bytes),
         "log.segment.bytes": str(c.wal.segment_bytes),
-        "group.initial.rebalance.delay.ms": str(c.groups.initial_rebalance_delay_ms),
+        "group.initial.rebalance.delay.ms": str(c.groups.group_initial_rebalance_delay_ms),
     }
 
 

@@ -76,7 +76,7 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
                 result.error_code = ErrorCode.invalid_record
                 result.error_message = "empty records"
             else:
-                _append_one(broker, plog, part.records, result, pending, now_ms)
+                _append_one(broker, plog, part.records, result, pending, now_ms, header.api_version)
                 if result.error_code == ErrorCode.none:
                     metrics.bytes_in.labels(topic.name).inc(len(part.records))
             if result.error_code != ErrorCode.none:
@@ -110,6 +110,7 @@ def _append_one(
     result: ProducePartitionResult,
     pending: _Pending,
     now_ms: int,
+    api_version: int,
 ) -> None:
     cfg = plog.config
     try:
@@ -120,6 +121,7 @@ def _append_one(
             timestamp_before_max_ms=cfg.timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.timestamp_after_max_ms,
             max_message_bytes=cfg.max_message_bytes,
+            api_version=api_version,
         )
     except InvalidBatch as exc:
         result.error_code = exc.error_code

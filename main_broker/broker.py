@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,7 @@ class MainBroker:
         store_ref.append(store)
         self.coordinator = GroupCoordinator(cfg.groups, _OffsetStore(store))
         store.load_offsets = self.coordinator.load_offsets
+        store.delete_topic_offsets = self.coordinator.delete_topic_offsets
         store.snapshot_offsets = self._snapshot_offsets
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
@@ -134,7 +136,7 @@ class MainBroker:
                 await nursery.start(wal.run)
                 await nursery.start(self.coordinator.run)
                 listeners = await nursery.start(
-                    trio.serve_tcp, self._serve, cfg.port, cfg.host  # type: ignore[arg-type]
+                    partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
                 )
                 self.bound_port = listeners[0].socket.getsockname()[1]
                 if cfg.advertised_port is None:
@@ -196,7 +198,6 @@ class MainBroker:
 
     async def delete_topic(self, name: str) -> None:
         await self.store.delete_topic(name)
-        self.coordinator.delete_topic_offsets(name)
         log.info("deleted topic %s", name, extra={"topic": name})
         self.on_partitions_changed()
 

@@ -80,6 +80,7 @@ class LogStore:
             lambda g, o: None
         )
         self.snapshot_offsets: Callable[[], dict[str, list[list[Any]]]] = dict
+        self.delete_topic_offsets: Callable[[str], None] = lambda topic: None
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -94,6 +95,7 @@ class LogStore:
         return state
 
     def _apply_topic_delete(self, name: str) -> None:
+        self.delete_topic_offsets(name)
         state = self.topics.pop(name, None)
         if state is not None:
             self.topics_by_id.pop(state.topic_id, None)
@@ -245,6 +247,9 @@ class LogStore:
             return
         kind = header["k"]
         if kind == "topic_create":
+            existing = self.topics.get(header["n"])
+            if existing is not None and existing.topic_id == header["id"]:
+                return  # the snapshot this replay started from already holds it
             self._apply_topic_delete(header["n"])
             self._apply_topic_create(header["n"], header["id"], header["np"], header["c"])
         elif kind == "topic_delete":
@@ -259,6 +264,7 @@ class LogStore:
             log.warning("unknown control record kind %r at %s", kind, record.position)
 
     def on_segments_deleted(self, segments: list[int]) -> None:
+        self.reader.forget(segments)
         deleted = set(segments)
         for topic in self.topics.values():
             for plog in topic.partitions:

@@ -1,0 +1,61 @@
+"""A blocking raw-socket Kafka client for tests that need exact control over the bytes."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kafka_wire.codec import build_request, decode_response, encode_request
+
+
+class RawKafka:
+    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_raw(self, payload: bytes) -> None:
+        self.sock.sendall(payload)
+
+    def send_frame(self, body: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(body)) + body)
+
+    def recv_frame(self) -> bytes | None:
+        head = self._recv_exact(4)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        return self._recv_exact(size)
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def request(self, api_key: int, version: int, data: dict[str, Any]) -> Any:
+        self.correlation_id += 1
+        req = build_request(api_key, version, data)
+        self.send_frame(encode_request(api_key, version, self.correlation_id, "raw-test", req))
+        frame = self.recv_frame()
+        assert frame is not None, "connection closed"
+        cid, resp = decode_response(api_key, version, frame)
+        assert cid == self.correlation_id
+        return resp
+
+    def is_closed(self, timeout: float = 5.0) -> bool:
+        """True when the broker closed the connection (EOF or reset) within the timeout."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
