@@ -43,7 +43,8 @@ def test_unsupported_version_closes_and_api_versions_answers_v0(fleet: FleetProc
     assert conn.is_closed()
     conn.close()
     conn = RawKafka(fleet.bootstrap)
-    conn.send_frame(struct.pack(">hhih", 18, 99, 77, -1))  # ApiVersions v99
+    # ApiVersions v99: a flexible header (v2), so it ends with an empty tagged-field section.
+    conn.send_frame(struct.pack(">hhihb", 18, 99, 77, -1, 0))
     frame = conn.recv_frame()
     assert frame is not None
     cid, error = struct.unpack(">ih", frame[:6])
