@@ -8,6 +8,7 @@ import signal
 import sys
 import warnings
 from pathlib import Path
+
 import trio
 
 from fleet.config import ConfigError, FleetConfig, load_fleet_config, local_fleet_toml

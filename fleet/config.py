@@ -146,7 +146,9 @@ def parse_fleet_config(
                 retention_ms=_opt_int(wal.get("retention_ms", 7 * 24 * 3600 * 1000)),
             ),
             groups=GroupConfig(
-                group_initial_rebalance_delay_ms=int(raw.get("group_initial_rebalance_delay_ms", 300)),
+                group_initial_rebalance_delay_ms=int(
+                    raw.get("group_initial_rebalance_delay_ms", 300)
+                ),
             ),
         )
         mains.append(

@@ -57,22 +57,37 @@ async def _run(args: argparse.Namespace) -> int:
                     return 2
                 configs.append({"name": key, "value": value})
             version = client.pick_version(API_CREATE_TOPICS, 7)
-            resp = await client.request(API_CREATE_TOPICS, version, {
-                "topics": [{"name": args.name, "num_partitions": args.partitions,
-                            "replication_factor": -1, "assignments": [], "configs": configs}],
-                "timeout_ms": 30000, "validate_only": False,
-            })
+            resp = await client.request(
+                API_CREATE_TOPICS,
+                version,
+                {
+                    "topics": [
+                        {
+                            "name": args.name,
+                            "num_partitions": args.partitions,
+                            "replication_factor": -1,
+                            "assignments": [],
+                            "configs": configs,
+                        }
+                    ],
+                    "timeout_ms": 30000,
+                    "validate_only": False,
+                },
+            )
             result = resp.topics[0]
             if int(result.error_code) != 0:
-                print(f"error: {_error_name(result.error_code)}: {result.error_message}",
-                      file=sys.stderr)
+                print(
+                    f"error: {_error_name(result.error_code)}: {result.error_message}",
+                    file=sys.stderr,
+                )
                 return 1
             print(f"created topic {args.name} with {args.partitions} partition(s)")
             return 0
         if cmd == "delete":
             version = client.pick_version(API_DELETE_TOPICS, 5)
-            resp = await client.request(API_DELETE_TOPICS, version,
-                                        {"topic_names": [args.name], "timeout_ms": 30000})
+            resp = await client.request(
+                API_DELETE_TOPICS, version, {"topic_names": [args.name], "timeout_ms": 30000}
+            )
             result = resp.responses[0]
             if int(result.error_code) != 0:
                 print(f"error: {_error_name(result.error_code)}", file=sys.stderr)
@@ -81,10 +96,15 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         version = client.pick_version(API_METADATA, 12)
         wanted = None if cmd == "list" else [{"name": args.name}]
-        meta = await client.request(API_METADATA, version, {
-            "topics": wanted, "allow_auto_topic_creation": False,
-            "include_topic_authorized_operations": False,
-        })
+        meta = await client.request(
+            API_METADATA,
+            version,
+            {
+                "topics": wanted,
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
         if cmd == "list":
             for topic in sorted(meta.topics, key=lambda t: t.name or ""):
                 print(topic.name)
@@ -94,18 +114,32 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"error: {_error_name(topic.error_code)}", file=sys.stderr)
             return 1
         cversion = client.pick_version(API_DESCRIBE_CONFIGS, 4)
-        configs = await client.request(API_DESCRIBE_CONFIGS, cversion, {
-            "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": args.name,
-                           "configuration_keys": None}],
-            "include_synonyms": False, "include_documentation": False,
-        })
+        configs = await client.request(
+            API_DESCRIBE_CONFIGS,
+            cversion,
+            {
+                "resources": [
+                    {
+                        "resource_type": RESOURCE_TOPIC,
+                        "resource_name": args.name,
+                        "configuration_keys": None,
+                    }
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            },
+        )
         out = {
             "name": topic.name,
             "topic_id": str(getattr(topic, "topic_id", "")),
             "partitions": [
-                {"partition": p.partition_index, "leader": p.leader_id,
-                 "leader_epoch": getattr(p, "leader_epoch", -1),
-                 "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes)}
+                {
+                    "partition": p.partition_index,
+                    "leader": p.leader_id,
+                    "leader_epoch": getattr(p, "leader_epoch", -1),
+                    "replicas": list(p.replica_nodes),
+                    "isr": list(p.isr_nodes),
+                }
                 for p in topic.partitions
             ],
             "configs": {c.name: c.value for c in configs.results[0].configs},

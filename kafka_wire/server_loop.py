@@ -87,7 +87,10 @@ async def serve_connection(
                         finish = processor.begin(header, frame, conn)
                     except (MalformedRequest, CloseConnection) as exc:
                         log.warning(
-                            "closing %s:%s: %s", conn.peer_host, conn.peer_port, exc,
+                            "closing %s:%s: %s",
+                            conn.peer_host,
+                            conn.peer_port,
+                            exc,
                             extra={"peer": f"{conn.peer_host}:{conn.peer_port}"},
                         )
                         break
@@ -119,7 +122,9 @@ async def _finish(slot: _Slot, finish: Finish) -> None:
 _CLOSE: Sequence[Buffer] = (b"",)
 
 
-async def _write_responses(stream: trio.SocketStream, slots: trio.MemoryReceiveChannel[_Slot]) -> None:
+async def _write_responses(
+    stream: trio.SocketStream, slots: trio.MemoryReceiveChannel[_Slot]
+) -> None:
     async with slots:
         async for slot in slots:
             await slot.done.wait()

@@ -56,12 +56,14 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
     requested = getattr(req, "topics", None)
     if version == 0 and requested is not None and len(requested) == 0:
         requested = None  # v0: an empty list means every topic
-    allow_auto = getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
+    allow_auto = (
+        getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
+    )
     topics_out: list[dict[str, Any]] = []
     if requested is None:
         names = sorted(store.topics)
-        for name in names:
-            topics_out.append(_topic_metadata(broker, name))
+        for topic_name in names:
+            topics_out.append(_topic_metadata(broker, topic_name))
     else:
         for item in requested:
             name = getattr(item, "name", None)
@@ -70,8 +72,12 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
                 state = store.topics_by_id.get(topic_id.bytes)
                 if state is None:
                     topics_out.append(
-                        {"error_code": ErrorCode.unknown_topic_id, "name": None,
-                         "topic_id": topic_id, "partitions": []}
+                        {
+                            "error_code": ErrorCode.unknown_topic_id,
+                            "name": None,
+                            "topic_id": topic_id,
+                            "partitions": [],
+                        }
                     )
                     continue
                 name = state.name
@@ -172,8 +178,12 @@ async def create_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> di
             continue
         state = await broker.store.create_topic(name, partitions, configs)
         result["topic_id"] = _uuid(state.topic_id)
-        log.info("created topic %s with %d partitions", name, partitions,
-                 extra={"topic": name, "partitions": partitions})
+        log.info(
+            "created topic %s with %d partitions",
+            name,
+            partitions,
+            extra={"topic": name, "partitions": partitions},
+        )
         broker.on_partitions_changed()
     return {"topics": results}
 
@@ -193,13 +203,22 @@ async def delete_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> di
         elif name is not None:
             state = broker.store.topics.get(name)
         if state is None:
-            code = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
-            results.append({"name": name, "topic_id": topic_id, "error_code": code,
-                            "error_message": "This server does not host this topic."})
+            code = (
+                ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+            )
+            results.append(
+                {
+                    "name": name,
+                    "topic_id": topic_id,
+                    "error_code": code,
+                    "error_message": "This server does not host this topic.",
+                }
+            )
             continue
         await broker.delete_topic(state.name)
-        results.append({"name": state.name, "topic_id": _uuid(state.topic_id),
-                        "error_code": ErrorCode.none})
+        results.append(
+            {"name": state.name, "topic_id": _uuid(state.topic_id), "error_code": ErrorCode.none}
+        )
     return {"responses": results}
 
 
@@ -216,9 +235,15 @@ def _describe_entry(
         value, source = TOPIC_CONFIG_KEYS[key].default, SOURCE_DEFAULT
     if key in broker.config.topic_defaults:
         synonyms.append(
-            {"name": key, "value": broker.config.topic_defaults[key], "source": SOURCE_STATIC_BROKER}
+            {
+                "name": key,
+                "value": broker.config.topic_defaults[key],
+                "source": SOURCE_STATIC_BROKER,
+            }
         )
-    synonyms.append({"name": key, "value": TOPIC_CONFIG_KEYS[key].default, "source": SOURCE_DEFAULT})
+    synonyms.append(
+        {"name": key, "value": TOPIC_CONFIG_KEYS[key].default, "source": SOURCE_DEFAULT}
+    )
     return {
         "name": key,
         "value": value,
@@ -260,40 +285,57 @@ async def describe_configs(broker: MainBroker, ctx: RequestContext, req: Any) ->
         if res.resource_type == RESOURCE_TOPIC:
             state = broker.store.topics.get(res.resource_name)
             if state is None:
-                out.update(error_code=ErrorCode.unknown_topic_or_partition,
-                           error_message=f"Topic {res.resource_name} does not exist")
+                out.update(
+                    error_code=ErrorCode.unknown_topic_or_partition,
+                    error_message=f"Topic {res.resource_name} does not exist",
+                )
             else:
                 out["configs"] = [
-                    _describe_entry(broker, key, state.configs, include_synonyms,
-                                    ctx.header.api_version)
+                    _describe_entry(
+                        broker, key, state.configs, include_synonyms, ctx.header.api_version
+                    )
                     for key in sorted(TOPIC_CONFIG_KEYS)
                     if wanted is None or key in wanted
                 ]
         elif res.resource_type == RESOURCE_BROKER:
             if res.resource_name not in ("", str(broker.config.node_id)):
-                out.update(error_code=ErrorCode.invalid_request,
-                           error_message=f"Unknown broker {res.resource_name}")
+                out.update(
+                    error_code=ErrorCode.invalid_request,
+                    error_message=f"Unknown broker {res.resource_name}",
+                )
             else:
                 out["configs"] = [
-                    {"name": k, "value": v, "read_only": True,
-                     "config_source": SOURCE_STATIC_BROKER, "is_default": False,
-                     "is_sensitive": False, "synonyms": [], "config_type": 0,
-                     "documentation": None}
+                    {
+                        "name": k,
+                        "value": v,
+                        "read_only": True,
+                        "config_source": SOURCE_STATIC_BROKER,
+                        "is_default": False,
+                        "is_sensitive": False,
+                        "synonyms": [],
+                        "config_type": 0,
+                        "documentation": None,
+                    }
                     for k, v in sorted(broker_config_values(broker).items())
                     if wanted is None or k in wanted
                 ]
         else:
-            out.update(error_code=ErrorCode.invalid_request,
-                       error_message=f"Unsupported resource type {res.resource_type}")
+            out.update(
+                error_code=ErrorCode.invalid_request,
+                error_message=f"Unsupported resource type {res.resource_type}",
+            )
         results.append(out)
     return {"results": results}
 
 
 async def describe_cluster(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if getattr(req, "endpoint_type", 1) not in (1,):
-        return {"error_code": ErrorCode.unsupported_endpoint_type,
-                "error_message": "only broker endpoints are served", "cluster_id": "",
-                "brokers": []}
+        return {
+            "error_code": ErrorCode.unsupported_endpoint_type,
+            "error_message": "only broker endpoints are served",
+            "cluster_id": "",
+            "brokers": [],
+        }
     return {
         "error_code": ErrorCode.none,
         "endpoint_type": 1,
@@ -311,13 +353,27 @@ async def find_coordinator(broker: MainBroker, ctx: RequestContext, req: Any) ->
     coordinators = []
     for key in keys:
         if key_type != 0:
-            coordinators.append({"key": key, "node_id": -1, "host": "", "port": -1,
-                                 "error_code": ErrorCode.coordinator_not_available,
-                                 "error_message": "transactions are not supported yet"})
+            coordinators.append(
+                {
+                    "key": key,
+                    "node_id": -1,
+                    "host": "",
+                    "port": -1,
+                    "error_code": ErrorCode.coordinator_not_available,
+                    "error_message": "transactions are not supported yet",
+                }
+            )
         else:
-            coordinators.append({"key": key, "node_id": broker.config.node_id, "host": host,
-                                 "port": port, "error_code": ErrorCode.none,
-                                 "error_message": None})
+            coordinators.append(
+                {
+                    "key": key,
+                    "node_id": broker.config.node_id,
+                    "host": host,
+                    "port": port,
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                }
+            )
     if ctx.header.api_version < 4:
         first = coordinators[0]
         return {**first, "error_message": first["error_message"]}
@@ -326,7 +382,10 @@ async def find_coordinator(broker: MainBroker, ctx: RequestContext, req: Any) ->
 
 async def init_producer_id(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if getattr(req, "transactional_id", None):
-        return {"error_code": ErrorCode.transactional_id_authorization_failed,
-                "producer_id": -1, "producer_epoch": -1}
+        return {
+            "error_code": ErrorCode.transactional_id_authorization_failed,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     pid = await broker.store.allocate_producer_id()
     return {"error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": 0}

@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from kafka_wire.hot_codecs import FetchPartitionResult, encode_fetch_response
 from kafka_wire.record_batch import decode_records_for_tools, parse_batch_header
+from kafka_wire.server_loop import Buffer
 from main_broker.partition_log import BatchEntry, PartitionLog
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ def _leader_epoch_error(plog: PartitionLog, requested: int) -> ErrorCode | None:
     return ErrorCode.unknown_leader_epoch
 
 
-def _parse_wants(broker: MainBroker, req: Any, version: int) -> list[tuple[str, bytes, list[_Want]]]:
+def _parse_wants(
+    broker: MainBroker, req: Any, version: int
+) -> list[tuple[str, bytes, list[_Want]]]:
     store = broker.store
     topics: list[tuple[str, bytes, list[_Want]]] = []
     for topic in req.topics:
@@ -60,16 +63,28 @@ def _parse_wants(broker: MainBroker, req: Any, version: int) -> list[tuple[str, 
             topic_id = state.topic_id if state else NO_TOPIC_ID
         wants: list[_Want] = []
         for p in topic.partitions:
-            plog = state.partitions[p.partition] if state and 0 <= p.partition < len(state.partitions) else None
+            plog = (
+                state.partitions[p.partition]
+                if state and 0 <= p.partition < len(state.partitions)
+                else None
+            )
             result = FetchPartitionResult(index=p.partition)
             if plog is None:
                 result.error_code = (
-                    ErrorCode.unknown_topic_id if version >= 13 and state is None
+                    ErrorCode.unknown_topic_id
+                    if version >= 13 and state is None
                     else ErrorCode.unknown_topic_or_partition
                 )
             wants.append(
-                _Want(name, topic_id, result, plog, p.fetch_offset, p.partition_max_bytes,
-                      getattr(p, "current_leader_epoch", -1))
+                _Want(
+                    name,
+                    topic_id,
+                    result,
+                    plog,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                )
             )
         topics.append((name, topic_id, wants))
     return topics
@@ -97,7 +112,9 @@ def _select(
                 continue
             upper = plog.high_watermark
             budget = min(want.partition_max_bytes, max_bytes - total)
-            sl = plog.fetch_slice(want.fetch_offset, max(budget, 0), upper, must_return_one=total == 0)
+            sl = plog.fetch_slice(
+                want.fetch_offset, max(budget, 0), upper, must_return_one=total == 0
+            )
             result.error_code = sl.error
             if sl.entries:
                 chosen.append((want, sl.entries))
@@ -105,7 +122,7 @@ def _select(
     return total, chosen
 
 
-async def fetch(broker: MainBroker, ctx: RequestContext, req: Any) -> Sequence[bytes | memoryview]:
+async def fetch(broker: MainBroker, ctx: RequestContext, req: Any) -> Sequence[Buffer]:
     header = ctx.header
     version = header.api_version
     store = broker.store
@@ -121,17 +138,12 @@ async def fetch(broker: MainBroker, ctx: RequestContext, req: Any) -> Sequence[b
         arrived = store.data_arrived
         total, chosen = _select(wants, max_bytes, read_committed)
         any_error = any(w.result.error_code for _, _, parts in wants for w in parts)
-        if (
-            total >= req.min_bytes
-            or any_error
-            or session_error
-            or trio.current_time() >= deadline
-        ):
+        if total >= req.min_bytes or any_error or session_error or trio.current_time() >= deadline:
             break
         with trio.move_on_at(deadline):
             await arrived.wait()
     for want, entries in chosen:
-        records = [await store.batch_bytes(e) for e in entries]
+        records: list[Buffer] = [await store.batch_bytes(e) for e in entries]
         want.result.records = records
         broker.metrics.bytes_out.labels(want.topic).inc(sum(len(r) for r in records))
     out_topics = [(name, topic_id, [w.result for w in parts]) for name, topic_id, parts in wants]
@@ -167,8 +179,13 @@ async def list_offsets(broker: MainBroker, ctx: RequestContext, req: Any) -> dic
     for topic in req.topics:
         parts_out = []
         for p in topic.partitions:
-            out: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
-                                   "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            out: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "error_code": ErrorCode.none,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
             parts_out.append(out)
             plog = broker.store.partition(topic.name, p.partition_index)
             if plog is None:

@@ -87,6 +87,7 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
         pending.done.set()
 
     if req.acks == 0:
+
         async def no_response() -> Sequence[bytes] | None:
             return None
 
@@ -126,9 +127,17 @@ def _append_one(
     except InvalidBatch as exc:
         result.error_code = exc.error_code
         result.error_message = exc.message
-        log.info("rejected batch for %s-%d: %s", plog.topic, plog.partition, exc.message,
-                 extra={"topic": plog.topic, "partition": plog.partition,
-                        "error": ErrorCode(exc.error_code).name})
+        log.info(
+            "rejected batch for %s-%d: %s",
+            plog.topic,
+            plog.partition,
+            exc.message,
+            extra={
+                "topic": plog.topic,
+                "partition": plog.partition,
+                "error": ErrorCode(exc.error_code).name,
+            },
+        )
         return
     if batch.is_transactional:
         result.error_code = ErrorCode.transactional_id_authorization_failed

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -21,7 +21,7 @@ from kafka_wire.codec import (
     decode_request,
     encode_response,
 )
-from kafka_wire.server_loop import CloseConnection, ConnectionInfo, Finish, serve_connection
+from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from main_broker import api_cluster, api_fetch, group_handlers
 from main_broker.api_produce import begin_produce
 from main_broker.config import BrokerConfig
@@ -114,8 +114,9 @@ class MainBroker:
         wal = await WalWriter.open(
             fs, cfg.wal_writer_id, cfg.wal, snapshot_provider=lambda: store_ref[0].snapshot()
         )
-        self.store = store = LogStore(wal, WalReader(fs, cfg.wal_writer_id),
-                                      cfg.wal_cache_bytes, cfg.topic_defaults)
+        self.store = store = LogStore(
+            wal, WalReader(fs, cfg.wal_writer_id), cfg.wal_cache_bytes, cfg.topic_defaults
+        )
         store_ref.append(store)
         self.coordinator = GroupCoordinator(cfg.groups, _OffsetStore(store))
         store.load_offsets = self.coordinator.load_offsets
@@ -126,7 +127,10 @@ class MainBroker:
         wal.on_segments_deleted = store.on_segments_deleted
         log.info(
             "recovered %d WAL records, %d topics, %d partitions in %.2fs",
-            count, len(store.topics), store.partition_count(), time.monotonic() - started,
+            count,
+            len(store.topics),
+            store.partition_count(),
+            time.monotonic() - started,
             extra={"node": cfg.node_id},
         )
         self.metrics.partitions.set_function(lambda: float(store.partition_count()))
@@ -142,8 +146,14 @@ class MainBroker:
                 if cfg.advertised_port is None:
                     cfg.advertised_port = self.bound_port
                 self.ready = True
-                log.info("main broker %d serving on %s:%d (zone %s)", cfg.node_id, cfg.host,
-                         self.bound_port, cfg.zone, extra={"node": cfg.node_id})
+                log.info(
+                    "main broker %d serving on %s:%d (zone %s)",
+                    cfg.node_id,
+                    cfg.host,
+                    self.bound_port,
+                    cfg.zone,
+                    extra={"node": cfg.node_id},
+                )
                 task_status.started(self.bound_port)
         finally:
             self.ready = False
@@ -154,7 +164,9 @@ class MainBroker:
         self.metrics.connections.inc()
         try:
             await serve_connection(
-                stream, self, max_frame_bytes=self.config.max_request_bytes,
+                stream,
+                self,
+                max_frame_bytes=self.config.max_request_bytes,
                 max_in_flight=self.config.max_in_flight_per_connection,
             )
         finally:
@@ -173,7 +185,7 @@ class MainBroker:
             "zone": self.config.zone,
             "ready": self.ready,
             "storage_failed": self.storage_failed,
-            "bootstrap": "%s:%d" % self.config.advertised if self.bound_port else None,
+            "bootstrap": ":".join(map(str, self.config.advertised)) if self.bound_port else None,
             "topics": len(store.topics) if store else 0,
             "partitions": store.partition_count() if store else 0,
             "wal_end_offset": store.wal.end_offset if store else 0,
@@ -234,7 +246,7 @@ class MainBroker:
         if key == API_PRODUCE:
             finish = begin_produce(self, ctx, frame)
 
-            async def timed_produce() -> Sequence[bytes | memoryview] | None:
+            async def timed_produce() -> Sequence[Buffer] | None:
                 try:
                     return await finish()
                 finally:
@@ -246,7 +258,7 @@ class MainBroker:
         except MalformedRequest as exc:
             raise CloseConnection(f"malformed {name} v{version}: {exc}") from None
 
-        async def run() -> Sequence[bytes | memoryview] | None:
+        async def run() -> Sequence[Buffer] | None:
             try:
                 return await self._dispatch(ctx, name, request)
             finally:
@@ -254,9 +266,7 @@ class MainBroker:
 
         return run
 
-    async def _dispatch(
-        self, ctx: RequestContext, name: str, request: Any
-    ) -> Sequence[bytes | memoryview]:
+    async def _dispatch(self, ctx: RequestContext, name: str, request: Any) -> Sequence[Buffer]:
         header = ctx.header
         key = header.api_key
         if key == API_FETCH:
@@ -265,8 +275,12 @@ class MainBroker:
             data: dict[str, Any] = self._api_versions_body()
         elif key in GROUP_APIS:
             data = await group_handlers.handle(
-                key, header.api_version, request, self.coordinator,
-                header.client_id or "", ctx.conn.peer_host,
+                key,
+                header.api_version,
+                request,
+                self.coordinator,
+                header.client_id or "",
+                ctx.conn.peer_host,
             )
         else:
             data = await self._handlers[key](self, ctx, request)

@@ -219,7 +219,9 @@ class LogStore:
                 self._replay_one(record, first)
             except (KeyError, TypeError, ValueError) as exc:
                 log.error(
-                    "skipping unreadable WAL record at %s: %r", record.position, exc,
+                    "skipping unreadable WAL record at %s: %r",
+                    record.position,
+                    exc,
                     extra={"position": str(record.position)},
                 )
             first = False

@@ -123,7 +123,9 @@ class PartitionLog:
 
     # -- replay ------------------------------------------------------------------------------
 
-    def replay_batch(self, header: dict[str, Any], payload: memoryview, position: WalPosition) -> None:
+    def replay_batch(
+        self, header: dict[str, Any], payload: memoryview, position: WalPosition
+    ) -> None:
         base, last = header["b"], header["l"]
         if base < self.next_offset:
             return  # already covered by the snapshot this replay started from

@@ -37,7 +37,9 @@ def free_port_block(count: int = 2) -> int:
 
 
 class FleetProcess:
-    def __init__(self, data_dir: Path, base_port: int | None = None, extra: list[str] | None = None):
+    def __init__(
+        self, data_dir: Path, base_port: int | None = None, extra: list[str] | None = None
+    ):
         self.data_dir = data_dir
         self.base_port = base_port or free_port_block()
         self.extra = extra or []
@@ -47,10 +49,21 @@ class FleetProcess:
         self.output: list[str] = []
 
     def start(self, timeout: float = 60.0) -> FleetProcess:
-        cmd = [ZONEFLEET, "up", "--data-dir", str(self.data_dir), "--base-port",
-               str(self.base_port), *self.extra]
+        cmd = [
+            ZONEFLEET,
+            "up",
+            "--data-dir",
+            str(self.data_dir),
+            "--base-port",
+            str(self.base_port),
+            *self.extra,
+        ]
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout

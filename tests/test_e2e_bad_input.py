@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.codec import encode_request, build_request
+from kafka_wire.codec import build_request, encode_request
 from kafka_wire.record_batch import build_batch
 from tests.fleet_process import FleetProcess
 from tests.raw_kafka import RawKafka
@@ -50,7 +50,7 @@ def test_unsupported_version_closes_and_api_versions_answers_v0(fleet: FleetProc
     cid, error = struct.unpack(">ih", frame[:6])
     assert cid == 77 and error == ErrorCode.unsupported_version
     (count,) = struct.unpack(">i", frame[6:10])
-    keys = {struct.unpack(">hhh", frame[10 + 6 * i: 16 + 6 * i])[0] for i in range(count)}
+    keys = {struct.unpack(">hhh", frame[10 + 6 * i : 16 + 6 * i])[0] for i in range(count)}
     assert {0, 1, 3, 18} <= keys
     conn.close()
 
@@ -89,36 +89,94 @@ def test_bad_crc_gets_corrupt_message(fleet: FleetProcess) -> None:
     batch[-1] ^= 0xFF
     conn = RawKafka(fleet.bootstrap)
     try:
-        resp = conn.request(0, 9, {
-            "transactional_id": None, "acks": -1, "timeout_ms": 5000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0,
-                                                               "records": bytes(batch)}]}],
-        })
+        resp = conn.request(
+            0,
+            9,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout_ms": 5000,
+                "topic_data": [
+                    {"name": topic, "partition_data": [{"index": 0, "records": bytes(batch)}]}
+                ],
+            },
+        )
         part = resp.responses[0].partition_responses[0]
         assert part.error_code == ErrorCode.corrupt_message
         # Nothing was appended.
-        lo = conn.request(2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1,
-                                            "current_leader_epoch": -1}]}]})
+        lo = conn.request(
+            2,
+            5,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}
+                        ],
+                    }
+                ],
+            },
+        )
         assert lo.topics[0].partitions[0].offset == 0
     finally:
         conn.close()
 
 
 def _valid_request_bodies() -> list[bytes]:
-    meta = encode_request(3, 9, 1, "fuzz", build_request(3, 9, {
-        "topics": None, "allow_auto_topic_creation": False,
-        "include_topic_authorized_operations": False}))
-    produce = encode_request(0, 9, 2, "fuzz", build_request(0, 9, {
-        "transactional_id": None, "acks": 1, "timeout_ms": 1000,
-        "topic_data": [{"name": "fuzz", "partition_data": [{"index": 0, "records": build_batch(
-            [(b"k", b"v")], timestamp_ms=int(time.time() * 1000))}]}]}))
+    meta = encode_request(
+        3,
+        9,
+        1,
+        "fuzz",
+        build_request(
+            3,
+            9,
+            {
+                "topics": None,
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        ),
+    )
+    produce = encode_request(
+        0,
+        9,
+        2,
+        "fuzz",
+        build_request(
+            0,
+            9,
+            {
+                "transactional_id": None,
+                "acks": 1,
+                "timeout_ms": 1000,
+                "topic_data": [
+                    {
+                        "name": "fuzz",
+                        "partition_data": [
+                            {
+                                "index": 0,
+                                "records": build_batch(
+                                    [(b"k", b"v")], timestamp_ms=int(time.time() * 1000)
+                                ),
+                            }
+                        ],
+                    }
+                ],
+            },
+        ),
+    )
     return [meta, produce]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-def test_fuzzed_requests_never_take_the_broker_down(fleet: FleetProcess, data: st.DataObject) -> None:
+def test_fuzzed_requests_never_take_the_broker_down(
+    fleet: FleetProcess, data: st.DataObject
+) -> None:
     base = data.draw(st.sampled_from(_valid_request_bodies()))
     mutated = bytearray(base)
     for _ in range(data.draw(st.integers(1, 8))):

@@ -39,10 +39,14 @@ def check_per_partition_order(records: list[tuple[int, int, bytes]], n: int, pre
 
 
 def consume_confluent(bootstrap: str, topic: str, n: int, timeout: float = 60.0):
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     out: list[tuple[int, int, bytes]] = []
     import time
@@ -64,15 +68,25 @@ def consume_confluent(bootstrap: str, topic: str, n: int, timeout: float = 60.0)
 def test_confluent_kafka_10k(fleet: FleetProcess) -> None:
     topic = f"ck-{uuid.uuid4().hex[:8]}"
     create_topic(fleet.bootstrap, topic)
-    producer = Producer({"bootstrap.servers": fleet.bootstrap, "acks": "all",
-                         "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(
+        {
+            "bootstrap.servers": fleet.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        }
+    )
     errors: list[object] = []
     for i in range(N):
         key = str(i % 17).encode()
         while True:
             try:
-                producer.produce(topic, f"ck-{i}".encode(), key,
-                                 on_delivery=lambda e, m: errors.append(e) if e else None)
+                producer.produce(
+                    topic,
+                    f"ck-{i}".encode(),
+                    key,
+                    on_delivery=lambda e, m: errors.append(e) if e else None,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -88,15 +102,21 @@ def test_kafka_python_10k(fleet: FleetProcess) -> None:
     topic = f"kp-{uuid.uuid4().hex[:8]}"
     create_topic(fleet.bootstrap, topic)
     producer = KafkaProducer(bootstrap_servers=fleet.bootstrap, acks="all", linger_ms=5)
-    futures = [producer.send(topic, key=str(i % 13).encode(), value=f"kp-{i}".encode())
-               for i in range(N)]
+    futures = [
+        producer.send(topic, key=str(i % 13).encode(), value=f"kp-{i}".encode()) for i in range(N)
+    ]
     producer.flush(60)
     for f in futures:
         f.get(timeout=30)
     producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=fleet.bootstrap,
-                             auto_offset_reset="earliest", group_id=f"g-{uuid.uuid4()}",
-                             enable_auto_commit=False, consumer_timeout_ms=15000)
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=fleet.bootstrap,
+        auto_offset_reset="earliest",
+        group_id=f"g-{uuid.uuid4()}",
+        enable_auto_commit=False,
+        consumer_timeout_ms=15000,
+    )
     records = []
     for msg in consumer:
         records.append((msg.partition, msg.offset, msg.value))
@@ -113,18 +133,25 @@ def test_aiokafka_10k(fleet: FleetProcess) -> None:
     create_topic(fleet.bootstrap, topic)
 
     async def run() -> list[tuple[int, int, bytes]]:
-        producer = AIOKafkaProducer(bootstrap_servers=fleet.bootstrap, acks="all",
-                                    enable_idempotence=True, linger_ms=5)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=fleet.bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+        )
         await producer.start()
         try:
-            futures = [await producer.send(topic, key=str(i % 11).encode(),
-                                           value=f"ak-{i}".encode()) for i in range(N)]
+            futures = [
+                await producer.send(topic, key=str(i % 11).encode(), value=f"ak-{i}".encode())
+                for i in range(N)
+            ]
             await asyncio.gather(*futures)
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=fleet.bootstrap,
-                                    auto_offset_reset="earliest", group_id=f"g-{uuid.uuid4()}",
-                                    enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=fleet.bootstrap,
+            auto_offset_reset="earliest",
+            group_id=f"g-{uuid.uuid4()}",
+            enable_auto_commit=False,
+        )
         await consumer.start()
         out: list[tuple[int, int, bytes]] = []
         try:
@@ -145,8 +172,14 @@ def test_aiokafka_10k(fleet: FleetProcess) -> None:
 def test_compression_round_trip(fleet: FleetProcess, codec: str) -> None:
     topic = f"cmp-{codec}-{uuid.uuid4().hex[:6]}"
     create_topic(fleet.bootstrap, topic, partitions=1)
-    producer = Producer({"bootstrap.servers": fleet.bootstrap, "acks": "all",
-                         "compression.type": codec, "linger.ms": 20})
+    producer = Producer(
+        {
+            "bootstrap.servers": fleet.bootstrap,
+            "acks": "all",
+            "compression.type": codec,
+            "linger.ms": 20,
+        }
+    )
     n = 2000
     for i in range(n):
         producer.produce(topic, f"{codec}-{i}".encode() + b"x" * 100)

@@ -13,11 +13,16 @@ from tests.test_e2e_clients import create_topic
 
 
 def _consumer(bootstrap: str, group: str) -> Consumer:
-    return Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "session.timeout.ms": 10000,
-        "heartbeat.interval.ms": 500,
-    })
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
 
 
 def _produce(bootstrap: str, topic: str, start: int, n: int) -> None:
@@ -27,8 +32,12 @@ def _produce(bootstrap: str, topic: str, start: int, n: int) -> None:
     assert producer.flush(30) == 0
 
 
-def _poll_until(consumer: Consumer, stop: threading.Event, seen: list[tuple[int, int, bytes]],
-                assignments: list[set[int]]) -> None:
+def _poll_until(
+    consumer: Consumer,
+    stop: threading.Event,
+    seen: list[tuple[int, int, bytes]],
+    assignments: list[set[int]],
+) -> None:
     while not stop.is_set():
         msg = consumer.poll(0.2)
         assignments.append({tp.partition for tp in consumer.assignment()})
@@ -59,8 +68,14 @@ def test_two_members_share_then_one_takes_over(fleet: FleetProcess) -> None:
     t2.start()
     # Both members settle with disjoint, non-empty shares within a few seconds.
     while time.monotonic() - started < 20:
-        if a1 and a2 and a1[-1] and a2[-1] and not (a1[-1] & a2[-1]) and \
-                a1[-1] | a2[-1] == {0, 1, 2, 3}:
+        if (
+            a1
+            and a2
+            and a1[-1]
+            and a2[-1]
+            and not (a1[-1] & a2[-1])
+            and a1[-1] | a2[-1] == {0, 1, 2, 3}
+        ):
             break
         time.sleep(0.1)
     settle = time.monotonic() - started

@@ -18,22 +18,40 @@ PRODUCE, INIT_PID = 0, 22
 
 
 def _produce(conn: RawKafka, topic: str, batch: bytes, version: int = 9) -> Any:
-    resp = conn.request(PRODUCE, version, {
-        "transactional_id": None, "acks": -1, "timeout_ms": 10000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
-    })
+    resp = conn.request(
+        PRODUCE,
+        version,
+        {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout_ms": 10000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+        },
+    )
     return resp.responses[0].partition_responses[0]
 
 
 def _batch(pid: int, epoch: int, seq: int, n: int, tag: str) -> bytes:
-    return build_batch([(None, f"{tag}-{i}".encode()) for i in range(n)],
-                       timestamp_ms=int(time.time() * 1000), producer_id=pid,
-                       producer_epoch=epoch, base_sequence=seq)
+    return build_batch(
+        [(None, f"{tag}-{i}".encode()) for i in range(n)],
+        timestamp_ms=int(time.time() * 1000),
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
 
 
 def _init_pid(conn: RawKafka) -> tuple[int, int]:
-    resp = conn.request(INIT_PID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                                      "producer_id": -1, "producer_epoch": -1})
+    resp = conn.request(
+        INIT_PID,
+        4,
+        {
+            "transactional_id": None,
+            "transaction_timeout_ms": 60000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
     assert resp.error_code == ErrorCode.none
     return resp.producer_id, resp.producer_epoch
 
@@ -60,9 +78,22 @@ def test_duplicate_gap_and_epoch(fleet: FleetProcess) -> None:
         stale = _produce(conn, topic, _batch(pid, epoch, 10, 1, "e"))
         assert stale.error_code == ErrorCode.invalid_producer_epoch
         # The log end is 11: the duplicate and the rejected batches added nothing.
-        lo = conn.request(2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1,
-                                            "current_leader_epoch": -1}]}]})
+        lo = conn.request(
+            2,
+            5,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}
+                        ],
+                    }
+                ],
+            },
+        )
         assert lo.topics[0].partitions[0].offset == 11
     finally:
         conn.close()

@@ -12,13 +12,16 @@ from tests.fleet_process import FleetProcess
 from tests.test_e2e_clients import create_topic
 
 KCAT = shutil.which("kcat")
-pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make test installs it)")
+pytestmark = pytest.mark.skipif(
+    KCAT is None, reason="kcat is not installed (make test installs it)"
+)
 
 
 def _kcat(*args: str, stdin: str | None = None, timeout: float = 30) -> str:
     assert KCAT is not None
-    done = subprocess.run([KCAT, *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        [KCAT, *args], input=stdin, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, f"kcat {args} failed: {done.stderr}"
     return done.stdout
 

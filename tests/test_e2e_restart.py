@@ -25,8 +25,14 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
         for i in range(10):
             p.produce(topic, f"pre-{i}".encode(), partition=0)
         assert p.flush(10) == 0
-        c = Consumer({"bootstrap.servers": fleet.bootstrap, "group.id": group,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c = Consumer(
+            {
+                "bootstrap.servers": fleet.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
         c.subscribe([topic])
         got = 0
         deadline = time.monotonic() + 20
@@ -39,9 +45,15 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
         assert got == 10
 
         stop = threading.Event()
-        producer = Producer({"bootstrap.servers": fleet.bootstrap, "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 1,
-                             "message.timeout.ms": 5000})
+        producer = Producer(
+            {
+                "bootstrap.servers": fleet.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 1,
+                "message.timeout.ms": 5000,
+            }
+        )
 
         def on_delivery(err: object, msg: object) -> None:
             if err is None:
@@ -73,9 +85,14 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
 
     restarted = FleetProcess(tmp_path / "fleet", base_port=fleet.base_port).start()
     try:
-        consumer = Consumer({"bootstrap.servers": restarted.bootstrap,
-                             "group.id": f"g-{uuid.uuid4()}", "auto.offset.reset": "earliest",
-                             "enable.partition.eof": True})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": restarted.bootstrap,
+                "group.id": f"g-{uuid.uuid4()}",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            }
+        )
         consumer.subscribe([topic])
         values: list[bytes] = []
         eof: set[int] = set()
@@ -100,8 +117,13 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
         assert not dupes, f"acknowledged messages read more than once: {dupes[:3]}"
 
         # The group's committed offset came back too.
-        c = Consumer({"bootstrap.servers": restarted.bootstrap, "group.id": group,
-                      "enable.auto.commit": False})
+        c = Consumer(
+            {
+                "bootstrap.servers": restarted.bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+            }
+        )
         from confluent_kafka import TopicPartition
 
         committed = c.committed([TopicPartition(topic, 0)], timeout=10)
