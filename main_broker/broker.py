@@ -125,6 +125,7 @@ class MainBroker:
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
         wal.on_segments_deleted = store.on_segments_deleted
+        wal.on_group_commit = self._observe_group_commit
         log.info(
             "recovered %d WAL records, %d topics, %d partitions in %.2fs",
             count,
@@ -171,6 +172,10 @@ class MainBroker:
             )
         finally:
             self.metrics.connections.dec()
+
+    def _observe_group_commit(self, nbytes: int, seconds: float) -> None:
+        self.metrics.wal_fsync_latency.observe(seconds)
+        self.metrics.wal_group_bytes.observe(nbytes)
 
     def mark_storage_failed(self, exc: BaseException) -> None:
         if not self.storage_failed:

@@ -95,6 +95,8 @@ class WalWriter:
     on_segments_deleted: Callable[[list[int]], None] | None
     #: Retention never deletes a segment with bytes at or beyond this offset (None: no floor).
     retention_floor: int | None
+    #: Called after each durable group with (bytes, seconds spent writing and syncing).
+    on_group_commit: Callable[[int, float], None] | None
 
     def __init__(
         self,
@@ -111,6 +113,7 @@ class WalWriter:
         self.config = config
         self.on_segments_deleted = None
         self.retention_floor = None
+        self.on_group_commit = None
         self._snapshot_provider = snapshot_provider
         self._dir = storage.wal_dir(writer_id)
         self._sizes = dict(sizes)
@@ -283,11 +286,14 @@ class WalWriter:
         group = self._take_group()
         if group is None:
             return
+        started = time.perf_counter()
         try:
             await trio.to_thread.run_sync(self._write_group, group, limiter=self._limiter)
         except Exception as exc:
             self._enter_failed(group, exc)
             return
+        if self.on_group_commit is not None:
+            self.on_group_commit(group.nbytes, time.perf_counter() - started)
         if group.new_segment:
             if self._active is not None:
                 self._last_write[self._active] = time.time()  # sealed now
