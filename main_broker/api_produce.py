@@ -155,16 +155,16 @@ def _append_one(
         pending.duplicates.append((result, plog, check.duplicate_of.last_offset))
         return
     entry = plog.append(records, batch, now_ms)
-    extra: dict[str, Any] = {}
+    producer = None
     if batch.producer_id >= 0:
-        extra = {
-            "pid": batch.producer_id,
-            "pe": batch.producer_epoch,
-            "s": batch.base_sequence,
-            "ls": batch.last_sequence,
-            "at": now_ms,
-        }
-    ticket = broker.store.submit_batch(plog, entry, extra)
+        producer = (
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            batch.last_sequence,
+            now_ms,
+        )
+    ticket = broker.store.submit_batch(plog, entry, producer)
     result.base_offset = entry.base_offset
     if cfg.log_append_time:
         result.log_append_time_ms = now_ms

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 import trio
 
+from main_broker import wal_records
 from main_broker.partition_log import BatchEntry, PartitionLog
 from main_broker.topic_config import EffectiveTopicConfig
-from shared_wal import RecordType, WalPosition, WalReader, WalRecord, WalWriter
+from shared_wal import AppendTicket, RecordType, WalPosition, WalReader, WalRecord, WalWriter
 
 log = logging.getLogger("zonefleet.main_broker.store")
 
@@ -105,14 +105,14 @@ class LogStore:
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicState:
         topic_id = uuid.uuid4().bytes
-        header = {"k": "topic_create", "n": name, "id": topic_id, "np": partitions, "c": configs}
+        header = wal_records.topic_create_header(name, topic_id, partitions, configs)
         ticket = self.wal.submit(RecordType.CONTROL, header)
         state = self._apply_topic_create(name, topic_id, partitions, configs)
         await ticket.wait()
         return state
 
     async def delete_topic(self, name: str) -> None:
-        ticket = self.wal.submit(RecordType.CONTROL, {"k": "topic_delete", "n": name})
+        ticket = self.wal.submit(RecordType.CONTROL, wal_records.topic_delete_header(name))
         self._apply_topic_delete(name)
         await ticket.wait()
 
@@ -127,17 +127,22 @@ class LogStore:
 
     # -- produce -----------------------------------------------------------------------------
 
-    def submit_batch(self, plog: PartitionLog, entry: BatchEntry, header_extra: dict[str, Any]):  # type: ignore[no-untyped-def]
+    def submit_batch(
+        self,
+        plog: PartitionLog,
+        entry: BatchEntry,
+        producer: tuple[int, int, int, int, int] | None,
+    ) -> AppendTicket:
         """Queue the DATA record of a freshly appended batch; returns the WAL ticket."""
         assert entry.data is not None
-        header = {
-            "t": plog.topic,
-            "p": plog.partition,
-            "b": entry.base_offset,
-            "l": entry.last_offset,
-            "ts": entry.max_timestamp,
-            **header_extra,
-        }
+        header = wal_records.data_header(
+            plog.topic,
+            plog.partition,
+            entry.base_offset,
+            entry.last_offset,
+            entry.max_timestamp,
+            producer,
+        )
         ticket = self.wal.submit(RecordType.DATA, header, entry.data)
         self.cache.add(entry)
         return ticket
@@ -167,7 +172,7 @@ class LogStore:
         async with self._producer_id_lock:
             if self.next_producer_id >= self._producer_id_limit:
                 limit = self.next_producer_id + PRODUCER_ID_BLOCK
-                await self.wal.append(RecordType.CONTROL, {"k": "pids", "upto": limit})
+                await self.wal.append(RecordType.CONTROL, wal_records.producer_ids_header(limit))
                 self._producer_id_limit = limit
             pid = self.next_producer_id
             self.next_producer_id += 1
@@ -178,9 +183,7 @@ class LogStore:
     async def persist_offsets(
         self, group_id: str, offsets: list[tuple[str, int, int, int, str]]
     ) -> None:
-        await self.wal.append(
-            RecordType.CONTROL, {"k": "offsets", "g": group_id, "o": [list(o) for o in offsets]}
-        )
+        await self.wal.append(RecordType.CONTROL, wal_records.offsets_header(group_id, offsets))
 
     # -- snapshot and replay -----------------------------------------------------------------
 
@@ -198,10 +201,10 @@ class LogStore:
             "pid_next": self._producer_id_limit,
             "offsets": self.snapshot_offsets(),
         }
-        return {"k": "snapshot", "v": 1}, msgpack.packb(body, use_bin_type=True)
+        return wal_records.snapshot_record(body)
 
     def _restore_snapshot(self, payload: memoryview) -> None:
-        body = msgpack.unpackb(payload, raw=False)
+        body = wal_records.decode_snapshot(payload)
         for t in body["topics"]:
             state = self._apply_topic_create(t["n"], t["id"], len(t["parts"]), t["c"])
             for plog, snap in zip(state.partitions, t["parts"], strict=True):

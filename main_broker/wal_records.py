@@ -1,0 +1,61 @@
+"""The main broker's WAL record vocabulary: the headers of its DATA, CONTROL and SNAPSHOT records.
+
+Other components read these (a proxy tails a main's WAL; a new owner replays a dead main's
+WAL), so the keys are part of the on-disk format documented in docs/formats.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+SNAPSHOT_VERSION = 1
+
+
+def data_header(
+    topic: str,
+    partition: int,
+    base_offset: int,
+    last_offset: int,
+    max_timestamp: int,
+    producer: tuple[int, int, int, int, int] | None = None,
+) -> dict[str, Any]:
+    """Header of a DATA record; `producer` is (id, epoch, base seq, last seq, append time ms)."""
+    header: dict[str, Any] = {
+        "t": topic,
+        "p": partition,
+        "b": base_offset,
+        "l": last_offset,
+        "ts": max_timestamp,
+    }
+    if producer is not None:
+        header["pid"], header["pe"], header["s"], header["ls"], header["at"] = producer
+    return header
+
+
+def topic_create_header(
+    name: str, topic_id: bytes, partitions: int, configs: dict[str, str]
+) -> dict[str, Any]:
+    return {"k": "topic_create", "n": name, "id": topic_id, "np": partitions, "c": configs}
+
+
+def topic_delete_header(name: str) -> dict[str, Any]:
+    return {"k": "topic_delete", "n": name}
+
+
+def producer_ids_header(up_to: int) -> dict[str, Any]:
+    return {"k": "pids", "upto": up_to}
+
+
+def offsets_header(group_id: str, offsets: list[tuple[str, int, int, int, str]]) -> dict[str, Any]:
+    return {"k": "offsets", "g": group_id, "o": [list(o) for o in offsets]}
+
+
+def snapshot_record(body: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    return {"k": "snapshot", "v": SNAPSHOT_VERSION}, msgpack.packb(body, use_bin_type=True)
+
+
+def decode_snapshot(payload: memoryview | bytes) -> dict[str, Any]:
+    body: dict[str, Any] = msgpack.unpackb(payload, raw=False)
+    return body

@@ -1,0 +1,176 @@
+"""The main broker's state on its WAL: append, snapshot at segment roll, retention, replay."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import trio
+
+from kafka_wire.record_batch import build_batch, decode_records_for_tools, validate_produce_records
+from main_broker import wal_records
+from main_broker.log_store import LogStore
+from main_broker.producer_state import Verdict
+from shared_wal import RecordType, WalConfig, WalReader, WalWriter, open_wal_fs
+
+
+async def _open(
+    url: str, config: WalConfig, load_offsets: Callable[[str, list[Any]], None] | None = None
+) -> tuple[LogStore, WalWriter]:
+    fs = open_wal_fs(url)
+    holder: list[LogStore] = []
+    wal = await WalWriter.open(fs, "main-1", config, snapshot_provider=lambda: holder[0].snapshot())
+    store = LogStore(wal, WalReader(fs, "main-1"), 1 << 20, {})
+    if load_offsets is not None:
+        store.load_offsets = load_offsets
+    holder.append(store)
+    store.replay(wal.replay())
+    wal.on_segments_deleted = store.on_segments_deleted
+    return store, wal
+
+
+async def _produce(
+    store: LogStore, topic: str, partition: int, values: list[bytes], pid: int = -1, seq: int = -1
+) -> int:
+    now = int(time.time() * 1000)
+    buf = memoryview(
+        bytearray(
+            build_batch(
+                [(None, v) for v in values],
+                timestamp_ms=now,
+                producer_id=pid,
+                producer_epoch=0 if pid >= 0 else -1,
+                base_sequence=seq,
+            )
+        )
+    )
+    plog = store.partition(topic, partition)
+    assert plog is not None
+    info = validate_produce_records(
+        buf,
+        now_ms=now,
+        log_append_time=False,
+        timestamp_before_max_ms=2**62,
+        timestamp_after_max_ms=2**62,
+        max_message_bytes=1 << 20,
+    )
+    assert plog.check_producer(info).verdict is Verdict.APPEND
+    entry = plog.append(buf, info, now)
+    producer = (pid, 0, seq, info.last_sequence, now) if pid >= 0 else None
+    position = await store.submit_batch(plog, entry, producer).wait()
+    store.on_durable(plog, entry, position)
+    return entry.base_offset
+
+
+async def _values(store: LogStore, topic: str, partition: int) -> list[bytes]:
+    plog = store.partition(topic, partition)
+    assert plog is not None
+    out: list[bytes] = []
+    for entry in plog.iter_durable():
+        data = await store.batch_bytes(entry)
+        out.extend(v for _, _, _, v in decode_records_for_tools(data) if v is not None)
+    return out
+
+
+async def test_replay_rebuilds_topics_offsets_and_producers(tmp_path: Path) -> None:
+    url = f"osfs://{tmp_path}"
+    config = WalConfig(segment_bytes=4096)  # many rolls, each with a SNAPSHOT
+    store, wal = await _open(url, config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wal.run)
+        await store.create_topic("t", 2, {"retention.ms": "1000"})
+        for i in range(40):
+            await _produce(
+                store,
+                "t",
+                i % 2,
+                [f"v{i}-{j}".encode() * 10 for j in range(3)],
+                pid=7 if i % 2 == 0 else -1,
+                seq=(i // 2) * 3 if i % 2 == 0 else -1,
+            )
+        await store.persist_offsets("g", [("t", 0, 12, 0, "meta")])
+        pid = await store.allocate_producer_id()
+        await wal.aclose()
+        nursery.cancel_scope.cancel()
+    assert len(wal.segments()) >= 3
+    before = [await _values(store, "t", p) for p in (0, 1)]
+
+    loaded: dict[str, list[tuple[str, int, int, int, str]]] = {}
+    store2, wal2 = await _open(url, config, lambda g, o: loaded.setdefault(g, []).extend(o))
+    assert store2.topics["t"].configs == {"retention.ms": "1000"}
+    assert [await _values(store2, "t", p) for p in (0, 1)] == before
+    plog = store2.partition("t", 0)
+    assert plog is not None and plog.high_watermark == 60
+    # The producer's last batch is remembered: a retry is a duplicate.
+    assert plog.producers.check(7, 0, 57, 59).verdict is Verdict.DUPLICATE
+    assert loaded["g"][-1] == ("t", 0, 12, 0, "meta")
+    assert store2.next_producer_id > pid
+    await wal2.aclose()
+
+
+async def test_retention_keeps_state_through_snapshots(tmp_path: Path) -> None:
+    url = f"osfs://{tmp_path}"
+    config = WalConfig(segment_bytes=4096, retention_bytes=8192)
+    store, wal = await _open(url, config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wal.run)
+        await store.create_topic("r", 1, {})
+        for i in range(60):
+            await _produce(store, "r", 0, [f"x{i:03}".encode() * 40])
+        deleted = await wal.enforce_retention()
+        await wal.aclose()
+        nursery.cancel_scope.cancel()
+    assert deleted, "retention should have deleted old segments"
+    plog = store.partition("r", 0)
+    assert plog is not None and plog.log_start_offset > 0
+    store2, wal2 = await _open(url, config)
+    # The topic was created in a deleted segment; the oldest segment's SNAPSHOT brings it back.
+    plog2 = store2.partition("r", 0)
+    assert plog2 is not None
+    assert plog2.high_watermark == 60
+    assert plog2.log_start_offset == plog.log_start_offset
+    assert await _values(store2, "r", 0) == await _values(store, "r", 0)
+    await wal2.aclose()
+
+
+def test_golden_broker_record_headers() -> None:
+    """The exact msgpack bytes of the broker's record headers (docs/formats.md)."""
+    data = wal_records.data_header("t", 1, 100, 104, 1700000000000, (7, 0, 5, 9, 1700000000001))
+    assert msgpack.packb(data, use_bin_type=True).hex() == (
+        "8a"
+        "a174a174"
+        "a17001"
+        "a162"
+        "64"
+        "a16c"
+        "68"
+        "a27473"
+        "cf0000018bcfe56800"
+        "a3706964"
+        "07"
+        "a27065"
+        "00"
+        "a173"
+        "05"
+        "a26c73"
+        "09"
+        "a26174"
+        "cf0000018bcfe56801"
+    )
+    plain = wal_records.data_header("t", 0, 0, 0, -1)
+    assert msgpack.packb(plain, use_bin_type=True).hex() == "85a174a174a17000a16200a16c00a27473ff"
+    create = wal_records.topic_create_header("t", bytes(16), 3, {"retention.ms": "1"})
+    assert msgpack.unpackb(msgpack.packb(create, use_bin_type=True)) == create
+    assert msgpack.packb(wal_records.topic_delete_header("t"), use_bin_type=True).hex() == (
+        "82a16bac746f7069635f64656c657465a16ea174"
+    )
+    assert msgpack.packb(wal_records.producer_ids_header(1000), use_bin_type=True).hex() == (
+        "82a16ba470696473a47570746fcd03e8"
+    )
+    header, body = wal_records.snapshot_record({"topics": [], "pid_next": 0, "offsets": {}})
+    assert header == {"k": "snapshot", "v": 1}
+    assert body.hex() == "83a6746f7069637390a87069645f6e65787400a76f66667365747380"
+    assert RecordType.DATA == 1 and RecordType.CONTROL == 4 and RecordType.SNAPSHOT == 6
