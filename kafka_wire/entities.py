@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import struct
 import types
 import typing
 import uuid
@@ -259,172 +260,11 @@ _FIXED_SIZE: Final[Mapping[str, int]] = {
 }
 
 
-class _Cursor:
-    """Reads `buf[pos:end]`; copies what it reads to `out` unless that is None."""
-
-    __slots__ = ("buf", "end", "out", "pos", "unknown_tags")
-
-    def __init__(self, buf: memoryview, pos: int, end: int, out: bytearray | None) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.end = end
-        self.out = out
-        self.unknown_tags = 0
-
-    def skip(self, n: int) -> int:
-        """Advances over `n` bytes; returns where they start."""
-        start = self.pos
-        if n < 0 or start + n > self.end:
-            raise SchemaWalkError(f"need {n} bytes at {start}, have {self.end - start}")
-        self.pos = start + n
-        return start
-
-    def copy(self, n: int) -> None:
-        start = self.skip(n)
-        if self.out is not None:
-            self.out += self.buf[start : self.pos]
-
-    def copy_since(self, start: int) -> None:
-        if self.out is not None:
-            self.out += self.buf[start : self.pos]
-
-    def int_be(self, n: int) -> int:
-        start = self.skip(n)
-        return int.from_bytes(self.buf[start : self.pos], "big", signed=True)
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        buf, end = self.buf, self.end
-        for _ in range(5):
-            if self.pos >= end:
-                raise SchemaWalkError(f"varint runs past the end at {self.pos}")
-            byte = buf[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-        raise SchemaWalkError(f"unsigned varint longer than 5 bytes at {self.pos}")
-
-
 def _put_uvarint(out: bytearray, value: int) -> None:
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
-
-
-def _walk_length_prefixed(cur: _Cursor, compact: bool, legacy_width: int) -> None:
-    start = cur.pos
-    if compact:
-        n = cur.uvarint() - 1
-    else:
-        n = cur.int_be(legacy_width)
-        if n < -1:
-            raise SchemaWalkError(f"negative length {n} at {start}")
-    cur.skip(max(n, 0))
-    cur.copy_since(start)
-
-
-def _walk_primitive(kafka_type: str, compact: bool, cur: _Cursor) -> None:
-    size = _FIXED_SIZE.get(kafka_type)
-    if size is not None:
-        cur.copy(size)
-    elif kafka_type == "string":
-        _walk_length_prefixed(cur, compact, 2)
-    elif kafka_type in ("bytes", "records"):
-        _walk_length_prefixed(cur, compact, 4)
-    else:
-        raise SchemaWalkError(f"unknown kafka_type {kafka_type!r}")
-
-
-def _array_count(cur: _Cursor, compact: bool) -> int:
-    start = cur.pos
-    if compact:
-        n = cur.uvarint() - 1
-    else:
-        n = cur.int_be(4)
-        if n < -1:
-            raise SchemaWalkError(f"negative array length {n} at {start}")
-    cur.copy_since(start)
-    # Every element takes at least one byte: this bounds what a decoder may preallocate.
-    if n > cur.end - cur.pos:
-        raise SchemaWalkError(f"array of {n} elements in {cur.end - cur.pos} bytes")
-    return max(n, 0)
-
-
-def _walk_field(
-    field: FieldSpec,
-    flexible: bool,
-    cur: _Cursor,
-    *,
-    in_tag: bool = False,
-    legacy_string: bool = False,
-) -> None:
-    kind = field.kind
-    if kind is FieldKind.PRIMITIVE:
-        assert field.kafka_type is not None
-        _walk_primitive(field.kafka_type, flexible and not legacy_string, cur)
-    elif kind is FieldKind.PRIMITIVE_ARRAY:
-        assert field.kafka_type is not None
-        for _ in range(_array_count(cur, flexible)):
-            _walk_primitive(field.kafka_type, flexible, cur)
-    elif kind is FieldKind.ENTITY:
-        assert field.entity is not None
-        # Nullable structs (KIP-893) carry an int8 marker; tagged ones are never null.
-        if field.nullable and not in_tag:
-            start = cur.pos
-            marker = cur.int_be(1)
-            cur.copy_since(start)
-            if marker == -1:
-                return
-            if marker != 1:
-                # Java reads any negative as null, kio only -1: accept just the canonical
-                # markers so that this walk and kio's decode cannot disagree.
-                raise SchemaWalkError(f"nullable struct marker {marker} at {start}")
-        _walk_entity(entity_spec(field.entity), cur)
-    else:
-        assert field.entity is not None
-        spec = entity_spec(field.entity)
-        for _ in range(_array_count(cur, flexible)):
-            _walk_entity(spec, cur)
-
-
-def _walk_entity(spec: EntitySpec, cur: _Cursor) -> None:
-    for field in spec.untagged:
-        _walk_field(
-            field,
-            spec.flexible,
-            cur,
-            legacy_string=spec.is_request_header and field.name == "client_id",
-        )
-    if not spec.flexible:
-        return
-    out = cur.out
-    kept: list[tuple[int, bytearray]] = []
-    for _ in range(cur.uvarint()):
-        tag = cur.uvarint()
-        size = cur.uvarint()
-        start = cur.skip(size)
-        tagged = spec.tagged.get(tag)
-        if tagged is None:
-            cur.unknown_tags += 1  # KIP-482: skip it
-            continue
-        # Walk known tags too: they may hold arrays, or unknown tags further down.
-        inner = _Cursor(cur.buf, start, cur.pos, None if out is None else bytearray())
-        _walk_field(tagged, True, inner, in_tag=True)
-        if inner.pos != inner.end:
-            raise SchemaWalkError(f"tag {tag} has {inner.end - inner.pos} trailing bytes")
-        cur.unknown_tags += inner.unknown_tags
-        if out is not None:
-            assert inner.out is not None
-            kept.append((tag, inner.out))
-    if out is not None:
-        _put_uvarint(out, len(kept))
-        for tag, data in kept:
-            _put_uvarint(out, tag)
-            _put_uvarint(out, len(data))
-            out += data
 
 
 def _byte_view(buf: Buffer) -> memoryview:
@@ -434,15 +274,233 @@ def _byte_view(buf: Buffer) -> memoryview:
     return view
 
 
+# Entities compile to plans (lists of ops) once, which keeps the walk cheap.
+_FIXED, _COMPACT, _LEGACY, _ARRAY_FIXED, _ARRAY_VAR, _STRUCT, _NULLABLE, _STRUCTS = range(8)
+_UNPACK_WIDTH: Final = {2: struct.Struct(">h").unpack_from, 4: struct.Struct(">i").unpack_from}
+_UNPACK_I32: Final = _UNPACK_WIDTH[4]
+
+
+@dataclasses.dataclass(slots=True)
+class _Plan:
+    ops: list[tuple[Any, ...]]
+    tagged: bool  # ends with a tagged-field section
+    tags: dict[int, _Plan]  # known tags, each a one-field plan
+    fixed: int = -1  # size of the untagged part when it is all fixed-size fields
+
+
+def _scalar_op(kafka_type: str, compact: bool) -> tuple[Any, ...]:
+    size = _FIXED_SIZE.get(kafka_type)
+    if size is not None:
+        return (_FIXED, size)
+    if kafka_type not in ("string", "bytes", "records"):
+        raise SchemaWalkError(f"unknown kafka_type {kafka_type!r}")
+    if compact:
+        return (_COMPACT,)
+    width = 2 if kafka_type == "string" else 4
+    return (_LEGACY, _UNPACK_WIDTH[width], width)
+
+
+def _field_op(field: FieldSpec, flexible: bool, in_tag: bool, legacy: bool) -> tuple[Any, ...]:
+    kind = field.kind
+    if kind is FieldKind.PRIMITIVE:
+        assert field.kafka_type is not None
+        # RequestHeader.client_id stays a legacy string even in header v2.
+        return _scalar_op(field.kafka_type, flexible and not legacy)
+    if kind is FieldKind.PRIMITIVE_ARRAY:
+        assert field.kafka_type is not None
+        element = _scalar_op(field.kafka_type, flexible)
+        if element[0] == _FIXED:
+            return (_ARRAY_FIXED, flexible, element[1])
+        return (_ARRAY_VAR, flexible, element)
+    assert field.entity is not None
+    sub = _plan(field.entity)
+    if kind is FieldKind.ENTITY_ARRAY:
+        return (_STRUCTS, flexible, sub)
+    # Nullable structs (KIP-893) carry an int8 marker; tagged ones are never null.
+    return (_NULLABLE if field.nullable and not in_tag else _STRUCT, sub)
+
+
+@functools.cache
+def _plan(cls: type) -> _Plan:
+    spec = entity_spec(cls)
+    ops: list[tuple[Any, ...]] = []
+    for field in spec.untagged:
+        legacy = spec.is_request_header and field.name == "client_id"
+        op = _field_op(field, spec.flexible, False, legacy)
+        if op[0] == _FIXED and ops and ops[-1][0] == _FIXED:
+            ops[-1] = (_FIXED, ops[-1][1] + op[1])  # one bounds check per fixed run
+        else:
+            ops.append(op)
+    tags = {
+        tag: _Plan([_field_op(field, True, True, False)], False, {})
+        for tag, field in spec.tagged.items()
+    }
+    fixed = 0 if not ops else ops[0][1] if len(ops) == 1 and ops[0][0] == _FIXED else -1
+    return _Plan(ops, spec.flexible, tags, fixed)
+
+
+def _uvarint_at(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(5):
+        if pos >= end:
+            raise SchemaWalkError(f"varint runs past the end at {pos}")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    raise SchemaWalkError(f"unsigned varint longer than 5 bytes at {pos}")
+
+
+def _count_at(buf: memoryview, pos: int, end: int, compact: bool) -> tuple[int, int]:
+    if compact:
+        n, pos = _uvarint_at(buf, pos, end)
+        n -= 1
+    else:
+        if pos + 4 > end:
+            raise SchemaWalkError(f"array length runs past the end at {pos}")
+        n = _UNPACK_I32(buf, pos)[0]
+        pos += 4
+        if n < -1:
+            raise SchemaWalkError(f"negative array length {n} at {pos - 4}")
+    # Every element takes at least one byte: this bounds what a decoder may preallocate.
+    if n > end - pos:
+        raise SchemaWalkError(f"array of {n} elements in {end - pos} bytes")
+    return max(n, 0), pos
+
+
+def _scan_scalar(op: tuple[Any, ...], buf: memoryview, pos: int, end: int) -> int:
+    code = op[0]
+    if code == _FIXED:
+        pos += op[1]
+    elif code == _COMPACT:
+        n, pos = _uvarint_at(buf, pos, end)
+        if n:
+            pos += n - 1
+    else:
+        width = op[2]
+        if pos + width > end:
+            raise SchemaWalkError(f"length runs past the end at {pos}")
+        n = op[1](buf, pos)[0]
+        pos += width
+        if n < -1:
+            raise SchemaWalkError(f"negative length {n} at {pos - width}")
+        if n > 0:
+            pos += n
+    if pos > end:
+        raise SchemaWalkError(f"value runs past the end ({pos} > {end})")
+    return pos
+
+
+def _walk(
+    plan: _Plan, buf: memoryview, pos: int, end: int, out: bytearray | None
+) -> tuple[int, int]:
+    """Walks one entity; returns (end offset, unknown tags seen). With `out`, also
+    re-emits it there without the unknown tags."""
+    unknown = 0
+    mark = pos  # buf[mark:pos] is walked but not yet copied to out
+    for op in plan.ops:
+        code = op[0]
+        if code <= _LEGACY:
+            pos = _scan_scalar(op, buf, pos, end)
+        elif code == _STRUCTS:
+            count, pos = _count_at(buf, pos, end, op[1])
+            sub = op[2]
+            fixed = sub.fixed
+            if fixed >= 0 and out is None:
+                # Fast path for arrays of fixed-size structs (e.g. fetch partitions).
+                if not sub.tagged:
+                    pos += count * fixed
+                    if pos > end:
+                        raise SchemaWalkError(f"array runs past the end ({pos} > {end})")
+                    continue
+                while count and pos + fixed < end and buf[pos + fixed] == 0:
+                    pos += fixed + 1  # no tagged fields in this element
+                    count -= 1
+            for _ in range(count):
+                if out is not None:
+                    out += buf[mark:pos]
+                pos, found = _walk(sub, buf, pos, end, out)
+                mark = pos
+                unknown += found
+        elif code == _ARRAY_FIXED:
+            count, pos = _count_at(buf, pos, end, op[1])
+            pos += count * op[2]
+            if pos > end:
+                raise SchemaWalkError(f"array runs past the end ({pos} > {end})")
+        elif code == _ARRAY_VAR:
+            count, pos = _count_at(buf, pos, end, op[1])
+            element = op[2]
+            for _ in range(count):
+                pos = _scan_scalar(element, buf, pos, end)
+        else:
+            if code == _NULLABLE:
+                if pos >= end:
+                    raise SchemaWalkError(f"struct marker runs past the end at {pos}")
+                marker = buf[pos]
+                pos += 1
+                if marker == 0xFF:
+                    continue
+                if marker != 1:
+                    # Java reads any negative marker as null, kio only -1: accept just the
+                    # canonical markers so that this walk and kio's decode cannot disagree.
+                    raise SchemaWalkError(f"nullable struct marker {marker} at {pos - 1}")
+            if out is not None:
+                out += buf[mark:pos]
+            pos, found = _walk(op[1], buf, pos, end, out)
+            mark = pos
+            unknown += found
+    if out is not None:
+        out += buf[mark:pos]
+    if not plan.tagged:
+        return pos, unknown
+    count, pos = _uvarint_at(buf, pos, end)
+    if count > end - pos:
+        raise SchemaWalkError(f"{count} tagged fields in {end - pos} bytes")
+    kept: list[tuple[int, bytearray]] = []
+    for _ in range(count):
+        tag, pos = _uvarint_at(buf, pos, end)
+        size, pos = _uvarint_at(buf, pos, end)
+        tag_end = pos + size
+        if tag_end > end:
+            raise SchemaWalkError(f"tag {tag} runs past the end ({tag_end} > {end})")
+        sub_plan = plan.tags.get(tag)
+        if sub_plan is None:
+            unknown += 1  # KIP-482: skip it
+        else:
+            # Known tags are walked too: they may hold arrays, or unknown tags.
+            inner = None if out is None else bytearray()
+            inner_end, found = _walk(sub_plan, buf, pos, tag_end, inner)
+            if inner_end != tag_end:
+                raise SchemaWalkError(f"tag {tag} has {tag_end - inner_end} trailing bytes")
+            unknown += found
+            if inner is not None:
+                kept.append((tag, inner))
+        pos = tag_end
+    if out is not None:
+        _put_uvarint(out, len(kept))
+        for tag, data in kept:
+            _put_uvarint(out, tag)
+            _put_uvarint(out, len(data))
+            out += data
+    return pos, unknown
+
+
+def _start(buf: Buffer, offset: int) -> memoryview:
+    view = _byte_view(buf)
+    if not 0 <= offset <= view.nbytes:
+        raise SchemaWalkError(f"offset {offset} outside the buffer")
+    return view
+
+
 def scan_entity(entity_cls: type, buf: Buffer, offset: int = 0) -> tuple[int, int]:
     """Checks the entity at `offset` against its schema without copying.
 
     Returns (offset just past the entity, number of unknown tagged fields).
     """
-    view = _byte_view(buf)
-    cur = _Cursor(view, offset, view.nbytes, None)
-    _walk_entity(entity_spec(entity_cls), cur)
-    return cur.pos, cur.unknown_tags
+    view = _start(buf, offset)
+    return _walk(_plan(entity_cls), view, offset, view.nbytes, None)
 
 
 def walk_strip(entity_cls: type, buf: Buffer, offset: int = 0) -> tuple[bytes, int]:
@@ -450,11 +508,10 @@ def walk_strip(entity_cls: type, buf: Buffer, offset: int = 0) -> tuple[bytes, i
 
     Returns the new bytes and the offset just past the entity in `buf`.
     """
-    view = _byte_view(buf)
-    cur = _Cursor(view, offset, view.nbytes, bytearray())
-    _walk_entity(entity_spec(entity_cls), cur)
-    assert cur.out is not None
-    return bytes(cur.out), cur.pos
+    view = _start(buf, offset)
+    out = bytearray()
+    end, _ = _walk(_plan(entity_cls), view, offset, view.nbytes, out)
+    return bytes(out), end
 
 
 def strip_unknown_tags(entity_cls: type, buf: Buffer, offset: int = 0) -> bytes:
@@ -464,9 +521,13 @@ def strip_unknown_tags(entity_cls: type, buf: Buffer, offset: int = 0) -> bytes:
 
 def skip_tagged_fields(buf: Buffer, offset: int) -> int:
     """Offset just past the tagged-field section that starts at `offset`."""
-    view = _byte_view(buf)
-    cur = _Cursor(view, offset, view.nbytes, None)
-    for _ in range(cur.uvarint()):
-        cur.uvarint()
-        cur.skip(cur.uvarint())
-    return cur.pos
+    view = _start(buf, offset)
+    end = view.nbytes
+    count, pos = _uvarint_at(view, offset, end)
+    for _ in range(count):
+        _, pos = _uvarint_at(view, pos, end)
+        size, pos = _uvarint_at(view, pos, end)
+        pos += size
+        if pos > end:
+            raise SchemaWalkError(f"tagged field runs past the end ({pos} > {end})")
+    return pos
