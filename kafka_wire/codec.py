@@ -96,20 +96,23 @@ def _kio_ranges(entity_type: EntityType) -> dict[int, tuple[int, int]]:
 KIO_VERSION_RANGES: Final[dict[int, tuple[int, int]]] = _kio_ranges(EntityType.request)
 
 
-@functools.cache
+# Caches are keyed only by versions kio knows, never by arbitrary values off the wire.
+_load_request: Final = functools.cache(load_request_schema)
+_load_response: Final = functools.cache(load_response_schema)
+
+
 def _request_class(api_key: int, api_version: int) -> type[Any] | None:
     low, high = KIO_VERSION_RANGES.get(api_key, (0, -1))
     if not low <= api_version <= high:
         return None
-    return load_request_schema(api_key, api_version)
+    return _load_request(api_key, api_version)
 
 
-@functools.cache
 def _response_class(api_key: int, api_version: int) -> type[Any] | None:
     low, high = KIO_VERSION_RANGES.get(api_key, (0, -1))
     if not low <= api_version <= high:
         return None
-    return load_response_schema(api_key, api_version)
+    return _load_response(api_key, api_version)
 
 
 @functools.cache
@@ -122,7 +125,6 @@ def _first_flexible(api_key: int) -> int | None:
     return None
 
 
-@functools.cache
 def request_is_flexible(api_key: int, api_version: int) -> bool:
     """Whether the request uses header v2 and compact encodings.
 
