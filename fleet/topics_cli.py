@@ -46,7 +46,6 @@ async def _run(args: argparse.Namespace) -> int:
     host, port = _split_bootstrap(args.bootstrap)
     client = await KafkaClient.connect(host, port)
     try:
-        await client.api_versions()
         cmd = args.topics_command
         if cmd == "create":
             configs = []
