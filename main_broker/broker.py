@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -135,6 +136,10 @@ class MainBroker:
             extra={"node": cfg.node_id},
         )
         self.metrics.partitions.set_function(lambda: float(store.partition_count()))
+        # Replay leaves a large, long-lived heap; freezing it keeps the cyclic GC from
+        # rescanning it on every full collection, which shows up as produce tail latency.
+        gc.collect()
+        gc.freeze()
         try:
             async with trio.open_nursery() as nursery:
                 self.commit_nursery = nursery
