@@ -25,6 +25,7 @@ from typing_extensions import Buffer
 from kafka_wire.entities import (
     SchemaWalkError,
     build_entity,
+    entity_spec,
     scan_entity,
     skip_tagged_fields,
     strip_unknown_tags,
@@ -49,6 +50,7 @@ __all__ = [
     "parse_request_header",
     "request_is_flexible",
     "strip_unknown_tags",
+    "warm_up",
 ]
 
 API_VERSIONS_KEY: Final = 18
@@ -113,6 +115,23 @@ def _response_class(api_key: int, api_version: int) -> type[Any] | None:
     if not low <= api_version <= high:
         return None
     return _load_response(api_key, api_version)
+
+
+def warm_up(versions: Mapping[int, tuple[int, int]]) -> int:
+    """Load the schemas of every (api, version) a broker serves; returns how many.
+
+    kio imports a schema module on first use, which costs milliseconds per version; a broker
+    calls this before it listens so the first requests of a client do not pay for it.
+    """
+    count = 0
+    for api_key, (low, high) in versions.items():
+        for version in range(low, high + 1):
+            for cls in (_request_class(api_key, version), _response_class(api_key, version)):
+                if cls is not None:
+                    entity_spec(cls)  # type: ignore[arg-type]
+                    count += 1
+            request_is_flexible(api_key, version)
+    return count
 
 
 @functools.cache

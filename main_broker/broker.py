@@ -21,6 +21,7 @@ from kafka_wire.codec import (
     build_response,
     decode_request,
     encode_response,
+    warm_up,
 )
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from main_broker import api_cluster, api_fetch, group_handlers
@@ -125,6 +126,7 @@ class MainBroker:
         store.snapshot_offsets = self._snapshot_offsets
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
+        warm_up(self.versions)
         wal.on_segments_deleted = store.on_segments_deleted
         wal.on_group_commit = self._observe_group_commit
         log.info(

@@ -50,6 +50,31 @@ class RawKafka:
         assert cid == self.correlation_id
         return resp
 
+    def latest_offset(self, topic: str, partition: int = 0) -> int:
+        """ListOffsets latest (-1): the log end offset a consumer could read up to."""
+        resp = self.request(
+            2,
+            5,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {
+                                "partition_index": partition,
+                                "timestamp": -1,
+                                "current_leader_epoch": -1,
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
+        offset: int = resp.topics[0].partitions[0].offset
+        return offset
+
     def is_closed(self, timeout: float = 5.0) -> bool:
         """True when the broker closed the connection (EOF or reset) within the timeout."""
         self.sock.settimeout(timeout)
