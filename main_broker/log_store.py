@@ -17,10 +17,19 @@ from typing import Any
 
 import trio
 
+from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
 from main_broker import wal_records
-from main_broker.partition_log import BatchEntry, PartitionLog
+from main_broker.partition_log import BatchEntry, PartitionLog, PreparedLink
 from main_broker.topic_config import EffectiveTopicConfig
-from shared_wal import AppendTicket, RecordType, WalPosition, WalReader, WalRecord, WalWriter
+from shared_wal import (
+    AppendTicket,
+    CorruptRecord,
+    RecordType,
+    WalPosition,
+    WalReader,
+    WalRecord,
+    WalWriter,
+)
 
 log = logging.getLogger("zonefleet.main_broker.store")
 
@@ -74,6 +83,7 @@ class LogStore:
         self._producer_id_limit = 0
         self._producer_id_lock = trio.Lock()
         self._read_limiter = trio.CapacityLimiter(4)
+        self._readers: dict[str, WalReader] = {reader.writer_id: reader}
         self.data_arrived = trio.Event()
         # Group offsets are owned by the coordinator; these hooks move them in and out.
         self.load_offsets: Callable[[str, list[tuple[str, int, int, int, str]]], None] = (
@@ -132,8 +142,13 @@ class LogStore:
         plog: PartitionLog,
         entry: BatchEntry,
         producer: tuple[int, int, int, int, int] | None,
+        prepared: WalPosition | None = None,
     ) -> AppendTicket:
-        """Queue the DATA record of a freshly appended batch; returns the WAL ticket."""
+        """Queue the WAL record of a freshly appended batch; returns the WAL ticket.
+
+        A batch a proxy already wrote (`prepared`) gets a LINK record with no payload; any other
+        gets a DATA record carrying the batch.
+        """
         assert entry.data is not None
         header = wal_records.data_header(
             plog.topic,
@@ -143,7 +158,13 @@ class LogStore:
             entry.max_timestamp,
             producer,
         )
-        ticket = self.wal.submit(RecordType.DATA, header, entry.data)
+        if prepared is not None:
+            lat = plog.config.log_append_time
+            header = wal_records.link_header(header, prepared, entry.size, plog.leader_epoch, lat)
+            entry.link = PreparedLink(prepared, plog.leader_epoch, lat)
+            ticket = self.wal.submit(RecordType.LINK, header)
+        else:
+            ticket = self.wal.submit(RecordType.DATA, header, entry.data)
         self.cache.add(entry)
         return ticket
 
@@ -155,16 +176,49 @@ class LogStore:
         self.data_arrived.set()
         self.data_arrived = trio.Event()
 
-    async def batch_bytes(self, entry: BatchEntry) -> memoryview | bytes:
+    async def batch_bytes(self, entry: BatchEntry) -> memoryview | bytes | bytearray:
         data = entry.data
         if data is not None:
             return data
+        if entry.link is not None:
+            return await trio.to_thread.run_sync(
+                self.read_linked_batch, entry, limiter=self._read_limiter
+            )
         position = entry.position
         assert position is not None, "evicted entries are always durable"
         record = await trio.to_thread.run_sync(
             self.reader.read_record, position, limiter=self._read_limiter
         )
         return record.payload
+
+    def reader_for(self, writer: str) -> WalReader:
+        reader = self._readers.get(writer)
+        if reader is None:
+            reader = self._readers[writer] = WalReader(self.reader.fs, writer)
+        return reader
+
+    def read_prepared(self, position: WalPosition) -> bytearray:
+        """Blocking: a proxy's PREPARED payload, as a writable copy we may patch."""
+        record = self.reader_for(position.writer).read_record(position)
+        if record.type != RecordType.PREPARED:
+            raise CorruptRecord(
+                f"{position} is a {record.type.name} record, not PREPARED",
+                segment=position.segment,
+                position=position.position,
+            )
+        return bytearray(record.payload)
+
+    def read_linked_batch(self, entry: BatchEntry) -> bytearray:
+        """Blocking: rebuild a linked batch exactly as the main served it when it appended."""
+        link = entry.link
+        assert link is not None
+        buf = self.read_prepared(link.target)
+        view = memoryview(buf)
+        info = parse_batch_header(view, 0)
+        assign_offsets(view, info, entry.base_offset, link.leader_epoch)
+        if link.log_append_time:
+            stamp_log_append_time(view, info, entry.max_timestamp)
+        return buf
 
     # -- producer ids ------------------------------------------------------------------------
 
@@ -247,6 +301,12 @@ class LogStore:
             plog = self.partition(header["t"], header["p"])
             if plog is not None:
                 plog.replay_batch(header, record.payload, record.position)
+            return
+        if record.type == RecordType.LINK:
+            plog = self.partition(header["t"], header["p"])
+            if plog is not None:
+                link = PreparedLink(wal_records.link_target(header), header["e"], header["lat"])
+                plog.replay_batch(header, None, record.position, link)
             return
         if record.type != RecordType.CONTROL:
             return

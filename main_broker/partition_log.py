@@ -27,7 +27,7 @@ from shared_wal import WalPosition
 
 
 class BatchEntry:
-    __slots__ = ("base_offset", "data", "last_offset", "max_timestamp", "position", "size")
+    __slots__ = ("base_offset", "data", "last_offset", "link", "max_timestamp", "position", "size")
 
     def __init__(
         self,
@@ -37,6 +37,7 @@ class BatchEntry:
         size: int,
         data: memoryview | bytes | None,
         position: WalPosition | None,
+        link: PreparedLink | None = None,
     ) -> None:
         self.base_offset = base_offset
         self.last_offset = last_offset
@@ -44,9 +45,20 @@ class BatchEntry:
         self.size = size
         self.data = data
         self.position = position
+        # Set when the bytes live in a proxy's PREPARED record rather than in our DATA record.
+        self.link = link
 
     def __repr__(self) -> str:
         return f"BatchEntry({self.base_offset}..{self.last_offset}, {self.size} B)"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedLink:
+    """How to rebuild a linked batch: the PREPARED record, and the patches the main applied."""
+
+    target: WalPosition
+    leader_epoch: int
+    log_append_time: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +136,20 @@ class PartitionLog:
     # -- replay ------------------------------------------------------------------------------
 
     def replay_batch(
-        self, header: dict[str, Any], payload: memoryview, position: WalPosition
+        self,
+        header: dict[str, Any],
+        payload: memoryview | None,
+        position: WalPosition,
+        link: PreparedLink | None = None,
     ) -> None:
+        """Index a DATA record (payload given) or a LINK record (link given, size in header)."""
         base, last = header["b"], header["l"]
         if base < self.next_offset:
             return  # already covered by the snapshot this replay started from
         if not self.entries and base > self.log_start_offset:
             self.log_start_offset = base
-        entry = BatchEntry(base, last, header["ts"], len(payload), payload, position)
+        size = len(payload) if payload is not None else header["sz"]
+        entry = BatchEntry(base, last, header["ts"], size, payload, position, link)
         self._index(entry)
         self.high_watermark = self.next_offset
         pid = header.get("pid", -1)

@@ -10,6 +10,8 @@ from typing import Any
 
 import msgpack
 
+from shared_wal import WalPosition
+
 SNAPSHOT_VERSION = 1
 
 
@@ -32,6 +34,32 @@ def data_header(
     if producer is not None:
         header["pid"], header["pe"], header["s"], header["ls"], header["at"] = producer
     return header
+
+
+def link_header(
+    data: dict[str, Any],
+    prepared: WalPosition,
+    batch_size: int,
+    leader_epoch: int,
+    log_append_time: bool,
+) -> dict[str, Any]:
+    """Header of a LINK record: a DATA header whose batch bytes live in a proxy's PREPARED
+    record. A reader rebuilds the served batch by patching base offset and leader epoch (and,
+    for LogAppendTime, stamping `ts`), exactly as the main did when it appended."""
+    return {
+        **data,
+        "w": prepared.writer,
+        "sg": prepared.segment,
+        "ps": prepared.position,
+        "ln": prepared.length,
+        "sz": batch_size,
+        "e": leader_epoch,
+        "lat": log_append_time,
+    }
+
+
+def link_target(header: dict[str, Any]) -> WalPosition:
+    return WalPosition(header["w"], header["sg"], header["ps"], header["ln"])
 
 
 def topic_create_header(
