@@ -14,7 +14,7 @@ install: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,bench]'
 
 apt-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
