@@ -27,6 +27,7 @@ from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Fini
 from main_broker import api_cluster, api_fetch, group_handlers
 from main_broker.api_produce import begin_produce
 from main_broker.config import BrokerConfig
+from main_broker.confirm import ConfirmSequencer
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.log_store import LogStore
 from shared_wal import WalReader, WalWriter, open_wal_fs
@@ -103,6 +104,7 @@ class MainBroker:
             60: api_cluster.describe_cluster,
         }
         self._auto_create_lock = trio.Lock()
+        self.confirms = ConfirmSequencer()
         self.store: LogStore
         self.coordinator: GroupCoordinator
         self.commit_nursery: trio.Nursery

@@ -20,6 +20,7 @@ import trio
 from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
 from main_broker import wal_records
 from main_broker.partition_log import BatchEntry, PartitionLog, PreparedLink
+from main_broker.state_stream import StateWatcher
 from main_broker.topic_config import EffectiveTopicConfig
 from shared_wal import (
     AppendTicket,
@@ -82,8 +83,9 @@ class LogStore:
         self.next_producer_id = 0
         self._producer_id_limit = 0
         self._producer_id_lock = trio.Lock()
-        self._read_limiter = trio.CapacityLimiter(4)
+        self.read_limiter = trio.CapacityLimiter(4)
         self._readers: dict[str, WalReader] = {reader.writer_id: reader}
+        self._watchers: list[StateWatcher] = []
         self.data_arrived = trio.Event()
         # Group offsets are owned by the coordinator; these hooks move them in and out.
         self.load_offsets: Callable[[str, list[tuple[str, int, int, int, str]]], None] = (
@@ -102,11 +104,15 @@ class LogStore:
         state.partitions = [PartitionLog(name, p, topic_id, effective) for p in range(partitions)]
         self.topics[name] = state
         self.topics_by_id[topic_id] = state
+        self._topic_changed(name)
+        for plog in state.partitions:
+            self._partition_changed(plog)
         return state
 
     def _apply_topic_delete(self, name: str) -> None:
         self.delete_topic_offsets(name)
         state = self.topics.pop(name, None)
+        self._topic_changed(name)
         if state is not None:
             self.topics_by_id.pop(state.topic_id, None)
             for plog in state.partitions:
@@ -125,6 +131,27 @@ class LogStore:
         ticket = self.wal.submit(RecordType.CONTROL, wal_records.topic_delete_header(name))
         self._apply_topic_delete(name)
         await ticket.wait()
+
+    @property
+    def wal_writer_id(self) -> str:
+        return self.reader.writer_id
+
+    def watch(self) -> StateWatcher:
+        watcher = StateWatcher()
+        self._watchers.append(watcher)
+        return watcher
+
+    def unwatch(self, watcher: StateWatcher) -> None:
+        if watcher in self._watchers:
+            self._watchers.remove(watcher)
+
+    def _partition_changed(self, plog: PartitionLog) -> None:
+        for watcher in self._watchers:
+            watcher.mark_partition(plog)
+
+    def _topic_changed(self, name: str) -> None:
+        for watcher in self._watchers:
+            watcher.mark_topic(name)
 
     def partition(self, topic: str, partition: int) -> PartitionLog | None:
         state = self.topics.get(topic)
@@ -170,6 +197,7 @@ class LogStore:
 
     def on_durable(self, plog: PartitionLog, entry: BatchEntry, position: WalPosition) -> None:
         if plog.mark_durable(entry, position):
+            self._partition_changed(plog)
             self.notify_data()
 
     def notify_data(self) -> None:
@@ -182,12 +210,12 @@ class LogStore:
             return data
         if entry.link is not None:
             return await trio.to_thread.run_sync(
-                self.read_linked_batch, entry, limiter=self._read_limiter
+                self.read_linked_batch, entry, limiter=self.read_limiter
             )
         position = entry.position
         assert position is not None, "evicted entries are always durable"
         record = await trio.to_thread.run_sync(
-            self.reader.read_record, position, limiter=self._read_limiter
+            self.reader.read_record, position, limiter=self.read_limiter
         )
         return record.payload
 
@@ -333,4 +361,7 @@ class LogStore:
         deleted = set(segments)
         for topic in self.topics.values():
             for plog in topic.partitions:
+                start = plog.log_start_offset
                 plog.drop_segments(deleted)
+                if plog.log_start_offset != start:
+                    self._partition_changed(plog)

@@ -1,0 +1,141 @@
+"""The confirm RPC: a zone proxy has written a Produce payload to the shared WAL (a PREPARED
+record in its own writer directory) and asks this main broker, the partition's leader, to
+append it. The main reads the payload from the shared file system and runs exactly the append
+logic a direct client gets; its own WAL records only a LINK (metadata, no payload).
+
+Wire form (msgpack, ~100 bytes for one partition):
+    params = {"sess": str, "seq": int, "acks": int, "tmo": int (ms), "v": produce version,
+              "parts": [[topic, partition, writer, segment, position, length], ...]}
+    result = {"parts": [[error_code, base_offset, log_append_time_ms, log_start_offset,
+                         error_message | None], ...]}            (same order as the request)
+
+Confirms of one proxy session (one per RPC connection) carry consecutive `seq` numbers from 0.
+RPC requests run as separate tasks, so the main applies them strictly in `seq` order: that is
+what keeps a pipelining idempotent producer's batches in order through the proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kafka_wire.hot_codecs import ProducePartitionResult
+from main_broker.append import PendingAppends, append_partition
+from shared_wal import WalError, WalPosition
+
+if TYPE_CHECKING:
+    from main_broker.broker import MainBroker
+
+log = logging.getLogger("zonefleet.main_broker.confirm")
+
+SEQUENCE_WAIT_SECONDS = 10.0
+IDLE_SESSION_SECONDS = 300.0
+
+
+@dataclass
+class _Session:
+    next_seq: int
+    advanced: trio.Event = field(default_factory=trio.Event)
+    last_used: float = 0.0
+
+
+class ConfirmSequencer:
+    """Admits each proxy session's confirms in `seq` order."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Session] = {}
+
+    async def wait_turn(self, session: str, seq: int) -> bool:
+        """True once every earlier confirm of the session was applied; False on timeout."""
+        now = trio.current_time()
+        state = self._sessions.get(session)
+        if state is None:
+            self._expire(now)
+            # Sessions start at 0: a proxy opens a new session with every RPC connection.
+            state = self._sessions[session] = _Session(next_seq=0)
+        state.last_used = now
+        with trio.move_on_after(SEQUENCE_WAIT_SECONDS):
+            while state.next_seq < seq:
+                await state.advanced.wait()
+        return state.next_seq >= seq
+
+    def done(self, session: str, seq: int) -> None:
+        state = self._sessions.get(session)
+        if state is not None and seq >= state.next_seq:
+            state.next_seq = seq + 1
+            state.advanced.set()
+            state.advanced = trio.Event()
+
+    def _expire(self, now: float) -> None:
+        stale = [k for k, s in self._sessions.items() if now - s.last_used > IDLE_SESSION_SECONDS]
+        for key in stale:
+            del self._sessions[key]
+
+
+def _part_result(result: ProducePartitionResult) -> list[Any]:
+    return [
+        int(result.error_code),
+        result.base_offset,
+        result.log_append_time_ms,
+        result.log_start_offset,
+        result.error_message,
+    ]
+
+
+async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str, Any]:
+    parts = params["parts"]
+    version = int(params.get("v", 9))
+    results = [ProducePartitionResult(index=int(p[1])) for p in parts]
+    positions = [WalPosition(str(p[2]), int(p[3]), int(p[4]), int(p[5])) for p in parts]
+
+    def read_all() -> list[bytearray | Exception]:
+        out: list[bytearray | Exception] = []
+        for position in positions:
+            try:
+                out.append(broker.store.read_prepared(position))
+            except (WalError, OSError) as exc:
+                out.append(exc)
+        return out
+
+    payloads = await trio.to_thread.run_sync(read_all, limiter=broker.store.read_limiter)
+    session, seq = str(params["sess"]), int(params["seq"])
+    in_turn = await broker.confirms.wait_turn(session, seq)
+    pending = PendingAppends()
+    try:
+        if not in_turn:
+            for result in results:
+                result.error_code = ErrorCode.request_timed_out
+                result.error_message = "an earlier confirm of this proxy session never arrived"
+            return {"parts": [_part_result(r) for r in results]}
+        now_ms = int(time.time() * 1000)
+        for part, position, payload, result in zip(
+            parts, positions, payloads, results, strict=True
+        ):
+            topic = str(part[0])
+            plog = broker.store.partition(topic, result.index)
+            if isinstance(payload, Exception):
+                log.warning(
+                    "confirm for %s-%d: cannot read %s: %s", topic, result.index, position, payload
+                )
+                result.error_code = ErrorCode.kafka_storage_error
+                result.error_message = f"cannot read the prepared payload: {payload}"
+            elif plog is None:
+                result.error_code = ErrorCode.not_leader_or_follower
+            elif broker.storage_failed:
+                result.error_code = ErrorCode.kafka_storage_error
+            else:
+                append_partition(
+                    broker, plog, memoryview(payload), result, pending, now_ms, version, position
+                )
+                if result.error_code == ErrorCode.none:
+                    broker.metrics.bytes_in.labels(topic).inc(len(payload))
+    finally:
+        broker.confirms.done(session, seq)
+    pending.start(broker)
+    await pending.wait(int(params.get("tmo", 30000)) / 1000)
+    return {"parts": [_part_result(r) for r in results]}

@@ -1,0 +1,104 @@
+"""The state stream a main broker publishes to each subscribed zone proxy.
+
+A subscriber first gets one full snapshot, then one frame per coalesced delta: whatever changed
+while the previous frame was being sent goes out together in the next one. Frames (msgpack):
+
+    {"full": bool, "node": main node id, "writer": WAL writer id, "wal_end": int,
+     "topics": {name: [topic_id (16 bytes), partition count, {explicit configs}]},   # changed/new
+     "deleted": [name, ...],
+     "parts": [[topic, partition, leader_epoch, high_watermark, last_stable_offset,
+                log_start_offset, log_end_offset], ...]}                               # changed
+
+A proxy never serves above the high watermark it mirrored (invariant 5), so a delta is sent only
+after the WAL group commit that moved it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from main_broker.partition_log import PartitionLog
+
+if TYPE_CHECKING:
+    from main_broker.log_store import LogStore
+
+
+class StateWatcher:
+    """What changed since a subscriber's last frame."""
+
+    def __init__(self) -> None:
+        self.partitions: set[PartitionLog] = set()
+        self.topics: set[str] = set()
+        self.changed = trio.Event()
+
+    def mark_partition(self, plog: PartitionLog) -> None:
+        self.partitions.add(plog)
+        self.changed.set()
+
+    def mark_topic(self, name: str) -> None:
+        self.topics.add(name)
+        self.changed.set()
+
+
+def partition_row(plog: PartitionLog) -> list[Any]:
+    # No transactions yet: the last stable offset is the high watermark.
+    return [
+        plog.topic,
+        plog.partition,
+        plog.leader_epoch,
+        plog.high_watermark,
+        plog.high_watermark,
+        plog.log_start_offset,
+        plog.next_offset,
+    ]
+
+
+def _frame(
+    store: LogStore,
+    node_id: int,
+    full: bool,
+    topics: set[str],
+    partitions: set[PartitionLog] | list[PartitionLog],
+) -> dict[str, Any]:
+    live = {n: store.topics[n] for n in topics if n in store.topics}
+    return {
+        "full": full,
+        "node": node_id,
+        "writer": store.wal_writer_id,
+        "wal_end": store.wal.end_offset,
+        "topics": {n: [t.topic_id, len(t.partitions), t.configs] for n, t in live.items()},
+        "deleted": sorted(topics - set(live)),
+        # Partitions of a topic deleted meanwhile are no longer served.
+        "parts": [
+            partition_row(p)
+            for p in partitions
+            if p.topic in store.topics and store.topics[p.topic].partitions[p.partition] is p
+        ],
+    }
+
+
+async def publish_state(
+    store: LogStore,
+    node_id: int,
+    send: Callable[[Any], Awaitable[None]],
+) -> None:
+    watcher = store.watch()
+    try:
+        everything = [p for t in store.topics.values() for p in t.partitions]
+        await send(_frame(store, node_id, True, set(store.topics), everything))
+        last_wal_end = store.wal.end_offset
+        while True:
+            await watcher.changed.wait()
+            watcher.changed = trio.Event()
+            topics, partitions = watcher.topics, watcher.partitions
+            watcher.topics, watcher.partitions = set(), set()
+            if not topics and not partitions and store.wal.end_offset == last_wal_end:
+                continue
+            frame = _frame(store, node_id, False, topics, partitions)
+            last_wal_end = frame["wal_end"]
+            await send(frame)
+    finally:
+        store.unwatch(watcher)

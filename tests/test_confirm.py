@@ -1,0 +1,161 @@
+"""The main side of the proxy path: confirm a PREPARED payload, LINK it, serve and replay it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import trio
+from confluent_kafka import Consumer, KafkaError
+from kio.schema.errors import ErrorCode
+
+from kafka_wire.record_batch import build_batch
+from main_broker.broker import MainBroker
+from main_broker.config import BrokerConfig
+from main_broker.confirm import handle_confirm
+from main_broker.state_stream import publish_state
+from shared_wal import RecordType, WalConfig, WalWriter, open_wal_fs
+
+
+def _config(tmp_path: Path) -> BrokerConfig:
+    return BrokerConfig(node_id=1, zone="az1", wal_url=f"osfs://{tmp_path / 'wal'}", port=0)
+
+
+async def _prepare(url: str, batches: list[bytes]) -> list[Any]:
+    """Act as proxy 'proxy-2': write PREPARED records to its own WAL directory."""
+    wal = await WalWriter.open(open_wal_fs(url), "proxy-2", WalConfig())
+    positions = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wal.run)
+        for batch in batches:
+            positions.append(await wal.append(RecordType.PREPARED, {"t": "x"}, batch))
+        await wal.aclose()
+        nursery.cancel_scope.cancel()
+    return positions
+
+
+def _consume(bootstrap: str, topic: str, n: int) -> list[tuple[int, bytes]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.subscribe([topic])
+    out: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF and len(out) >= n:
+                break
+            continue
+        out.append((msg.offset(), msg.value()))
+    consumer.close()
+    return out
+
+
+def _batch(values: list[bytes], pid: int = -1, seq: int = -1) -> bytes:
+    return build_batch(
+        [(None, v) for v in values],
+        timestamp_ms=int(time.time() * 1000),
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=seq,
+    )
+
+
+def _params(positions: list[Any], seq: int, session: str = "s1") -> dict[str, Any]:
+    return {
+        "sess": session,
+        "seq": seq,
+        "acks": -1,
+        "tmo": 5000,
+        "v": 9,
+        "parts": [["t", 0, p.writer, p.segment, p.position, p.length] for p in positions],
+    }
+
+
+async def test_confirmed_payload_is_linked_served_and_replayed(tmp_path: Path) -> None:
+    url = f"osfs://{tmp_path / 'wal'}"
+    batches = [
+        _batch([f"a{i}".encode() for i in range(3)], pid=5, seq=0),
+        _batch([f"b{i}".encode() for i in range(2)], pid=5, seq=3),
+    ]
+    positions = await _prepare(url, batches)
+    broker = MainBroker(_config(tmp_path))
+    frames: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker.run)
+        await broker.store.create_topic("t", 1, {})
+
+        async def send(frame: Any) -> None:
+            frames.append(frame)
+
+        nursery.start_soon(publish_state, broker.store, 1, send)
+        # The second confirm arrives first: it must wait for seq 0.
+        async with trio.open_nursery() as inner:
+            second: list[dict[str, Any]] = []
+
+            async def late() -> None:
+                second.append(await handle_confirm(broker, _params(positions[1:], 1)))
+
+            inner.start_soon(late)
+            await trio.sleep(0.05)
+            first = await handle_confirm(broker, _params(positions[:1], 0))
+        assert first["parts"][0][:2] == [ErrorCode.none, 0]
+        assert second[0]["parts"][0][:2] == [ErrorCode.none, 3]
+        # A retried confirm of the same batch is a duplicate with the original offset.
+        dup = await handle_confirm(broker, _params(positions[:1], 2))
+        assert dup["parts"][0][:2] == [ErrorCode.none, 0]
+        assert broker.store.partition("t", 0).high_watermark == 5  # type: ignore[union-attr]
+        # The main's own WAL holds LINK records, not the payload.
+        records = list(broker.store.reader.iter_records())
+        assert [r.type for r in records].count(RecordType.LINK) == 2
+        assert RecordType.DATA not in [r.type for r in records]
+        got = await trio.to_thread.run_sync(_consume, f"127.0.0.1:{port}", "t", 5)
+        assert [v for _, v in got] == [b"a0", b"a1", b"a2", b"b0", b"b1"]
+        await trio.sleep(0.05)
+        # State stream: full snapshot then deltas with the high watermark moving to 5.
+        assert frames[0]["full"] is True
+        last = [p for f in frames for p in f["parts"] if p[0] == "t"][-1]
+        assert last[3] == 5 and last[6] == 5
+        nursery.cancel_scope.cancel()
+
+    # Restart: LINK records are rebuilt from the proxy's PREPARED payloads.
+    broker2 = MainBroker(_config(tmp_path))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker2.run)
+        plog = broker2.store.partition("t", 0)
+        assert plog is not None and plog.high_watermark == 5
+        for entry in plog.entries:
+            entry.data = None  # force the read through the link
+        got = await trio.to_thread.run_sync(_consume, f"127.0.0.1:{port}", "t", 5)
+        assert got == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1")]
+        nursery.cancel_scope.cancel()
+
+
+async def test_confirm_of_unknown_or_corrupt_payload_fails_cleanly(tmp_path: Path) -> None:
+    url = f"osfs://{tmp_path / 'wal'}"
+    positions = await _prepare(url, [_batch([b"z"])])
+    broker = MainBroker(_config(tmp_path))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        await broker.store.create_topic("t", 1, {})
+        p = positions[0]
+        bad = dict(_params(positions, 0))
+        bad["parts"] = [["t", 0, p.writer, p.segment, p.position + 1, p.length]]
+        result = await handle_confirm(broker, bad)
+        assert result["parts"][0][0] == ErrorCode.kafka_storage_error
+        missing = _params(positions, 1)
+        missing["parts"][0][0] = "no-such-topic"
+        result = await handle_confirm(broker, missing)
+        assert result["parts"][0][0] == ErrorCode.not_leader_or_follower
+        assert broker.store.partition("t", 0).high_watermark == 0  # type: ignore[union-attr]
+        nursery.cancel_scope.cancel()
