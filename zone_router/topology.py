@@ -1,0 +1,95 @@
+"""The fleet's nodes, their zones and which proxies are live."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from zone_router.zones import ZoneMap
+
+__all__ = ["Node", "Role", "Topology"]
+
+Role = Literal["main", "proxy"]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A broker as clients reach it. ``zone`` may be a name or an AZ id on input."""
+
+    node_id: int
+    zone: str
+    role: Role
+    host: str
+    port: int
+
+
+class Topology:
+    """Every main and proxy, with node zones canonicalised to zone names.
+
+    ``live_proxies=None`` means every proxy is live; ids in it that are not proxies are
+    ignored, so a stale liveness set cannot turn a main into a proxy.
+    """
+
+    def __init__(
+        self, zones: ZoneMap, nodes: Iterable[Node], live_proxies: Iterable[int] | None = None
+    ) -> None:
+        self.zones = zones
+        self._nodes: dict[int, Node] = {}
+        for node in nodes:
+            if node.role not in ("main", "proxy"):
+                raise ValueError(f"node {node.node_id}: unknown role {node.role!r}")
+            zone = zones.canonical(node.zone)
+            if zone is None:
+                raise ValueError(f"node {node.node_id}: unknown zone {node.zone!r}")
+            if node.node_id in self._nodes:
+                raise ValueError(f"node id {node.node_id} is listed twice")
+            self._nodes[node.node_id] = dataclasses.replace(node, zone=zone)
+        ordered = sorted(self._nodes.values(), key=lambda n: n.node_id)
+        self.mains: tuple[Node, ...] = tuple(n for n in ordered if n.role == "main")
+        all_proxies = [n for n in ordered if n.role == "proxy"]
+        live = None if live_proxies is None else set(live_proxies)
+        self.live_proxies: tuple[Node, ...] = tuple(
+            n for n in all_proxies if live is None or n.node_id in live
+        )
+        self._live_ids = frozenset(p.node_id for p in self.live_proxies)
+        self._proxy_by_zone: dict[str, Node] = {}
+        for proxy in self.live_proxies:
+            # One proxy per zone is the design; with more, the lowest id wins, stably.
+            self._proxy_by_zone.setdefault(proxy.zone, proxy)
+
+    def with_live_proxies(self, live_proxies: Iterable[int] | None) -> Topology:
+        """The same nodes with another liveness set."""
+        return Topology(self.zones, self._nodes.values(), live_proxies)
+
+    def node(self, node_id: int) -> Node | None:
+        return self._nodes.get(node_id)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return tuple(sorted(self._nodes.values(), key=lambda n: n.node_id))
+
+    def zone_of(self, node_id: int) -> str | None:
+        node = self._nodes.get(node_id)
+        return node.zone if node is not None else None
+
+    def proxy_for(self, zone: str | None) -> Node | None:
+        """The live proxy of a zone (given by name or AZ id), or None."""
+        name = self.zones.canonical(zone)
+        return self._proxy_by_zone.get(name) if name is not None else None
+
+    def mains_in(self, zone: str | None) -> tuple[Node, ...]:
+        name = self.zones.canonical(zone)
+        return tuple(n for n in self.mains if n.zone == name) if name is not None else ()
+
+    def is_live(self, node_id: int) -> bool:
+        """Mains are always listed; proxies only when live."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return False
+        return node.role == "main" or node_id in self._live_ids
+
+    def __repr__(self) -> str:
+        live = [p.node_id for p in self.live_proxies]
+        return f"Topology(nodes={list(self.nodes)!r}, live_proxies={live!r})"
