@@ -17,20 +17,19 @@ from typing import Any
 
 import trio
 
-from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
-from main_broker import wal_records
-from main_broker.partition_log import BatchEntry, PartitionLog, PreparedLink
+from main_broker.partition_log import BatchEntry, PartitionLog
 from main_broker.state_stream import StateWatcher
 from main_broker.topic_config import EffectiveTopicConfig
 from shared_wal import (
     AppendTicket,
-    CorruptRecord,
     RecordType,
     WalPosition,
     WalReader,
     WalRecord,
     WalWriter,
 )
+from shared_wal import broker_records as wal_records
+from shared_wal.broker_records import PreparedLink
 
 log = logging.getLogger("zonefleet.main_broker.store")
 
@@ -227,26 +226,16 @@ class LogStore:
 
     def read_prepared(self, position: WalPosition) -> bytearray:
         """Blocking: a proxy's PREPARED payload, as a writable copy we may patch."""
-        record = self.reader_for(position.writer).read_record(position)
-        if record.type != RecordType.PREPARED:
-            raise CorruptRecord(
-                f"{position} is a {record.type.name} record, not PREPARED",
-                segment=position.segment,
-                position=position.position,
-            )
-        return bytearray(record.payload)
+        return wal_records.read_prepared(self.reader_for(position.writer), position)
 
     def read_linked_batch(self, entry: BatchEntry) -> bytearray:
         """Blocking: rebuild a linked batch exactly as the main served it when it appended."""
         link = entry.link
         assert link is not None
-        buf = self.read_prepared(link.target)
-        view = memoryview(buf)
-        info = parse_batch_header(view, 0)
-        assign_offsets(view, info, entry.base_offset, link.leader_epoch)
-        if link.log_append_time:
-            stamp_log_append_time(view, info, entry.max_timestamp)
-        return buf
+        reader = self.reader_for(link.target.writer)
+        return wal_records.rebuild_linked_batch(
+            reader, link, entry.base_offset, entry.max_timestamp
+        )
 
     # -- producer ids ------------------------------------------------------------------------
 
@@ -333,7 +322,7 @@ class LogStore:
         if record.type == RecordType.LINK:
             plog = self.partition(header["t"], header["p"])
             if plog is not None:
-                link = PreparedLink(wal_records.link_target(header), header["e"], header["lat"])
+                link = PreparedLink.from_header(header)
                 plog.replay_batch(header, None, record.position, link)
             return
         if record.type != RecordType.CONTROL:

@@ -24,6 +24,7 @@ from main_broker.producer_state import (
 )
 from main_broker.topic_config import EffectiveTopicConfig
 from shared_wal import WalPosition
+from shared_wal.broker_records import PreparedLink
 
 
 class BatchEntry:
@@ -50,15 +51,6 @@ class BatchEntry:
 
     def __repr__(self) -> str:
         return f"BatchEntry({self.base_offset}..{self.last_offset}, {self.size} B)"
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedLink:
-    """How to rebuild a linked batch: the PREPARED record, and the patches the main applied."""
-
-    target: WalPosition
-    leader_epoch: int
-    log_append_time: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,10 @@ import msgpack
 import trio
 
 from kafka_wire.record_batch import build_batch, decode_records_for_tools, validate_produce_records
-from main_broker import wal_records
 from main_broker.log_store import LogStore
 from main_broker.producer_state import Verdict
 from shared_wal import RecordType, WalConfig, WalReader, WalWriter, open_wal_fs
+from shared_wal import broker_records as wal_records
 
 
 async def _open(

@@ -1,16 +1,20 @@
-"""The main broker's WAL record vocabulary: the headers of its DATA, CONTROL and SNAPSHOT records.
+"""The main broker's WAL record vocabulary: headers of its DATA, LINK, CONTROL and SNAPSHOT
+records, and how a LINK's batch is rebuilt from the proxy's PREPARED record it points to.
 
-Other components read these (a proxy tails a main's WAL; a new owner replays a dead main's
-WAL), so the keys are part of the on-disk format documented in docs/formats.md.
+A main writes these; proxies tail them and a new owner replays a dead main's WAL, so the keys
+are part of the on-disk format documented in docs/formats.md.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
-from shared_wal import WalPosition
+from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
+from shared_wal.reader import WalReader
+from shared_wal.record import CorruptRecord, RecordType, WalPosition
 
 SNAPSHOT_VERSION = 1
 
@@ -87,3 +91,41 @@ def snapshot_record(body: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
 def decode_snapshot(payload: memoryview | bytes) -> dict[str, Any]:
     body: dict[str, Any] = msgpack.unpackb(payload, raw=False)
     return body
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedLink:
+    """How to rebuild a linked batch: the PREPARED record, and the patches the main applied."""
+
+    target: WalPosition
+    leader_epoch: int
+    log_append_time: bool
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any]) -> PreparedLink:
+        return cls(link_target(header), header["e"], header["lat"])
+
+
+def read_prepared(reader: WalReader, position: WalPosition) -> bytearray:
+    """Blocking: a proxy's PREPARED payload, as a writable copy the caller may patch."""
+    record = reader.read_record(position)
+    if record.type != RecordType.PREPARED:
+        raise CorruptRecord(
+            f"{position} is a {record.type.name} record, not PREPARED",
+            segment=position.segment,
+            position=position.position,
+        )
+    return bytearray(record.payload)
+
+
+def rebuild_linked_batch(
+    reader: WalReader, link: PreparedLink, base_offset: int, max_timestamp: int
+) -> bytearray:
+    """Blocking: the batch exactly as the main served it when it appended the LINK."""
+    buf = read_prepared(reader, link.target)
+    view = memoryview(buf)
+    info = parse_batch_header(view, 0)
+    assign_offsets(view, info, base_offset, link.leader_epoch)
+    if link.log_append_time:
+        stamp_log_append_time(view, info, max_timestamp)
+    return buf
