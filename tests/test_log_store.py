@@ -13,7 +13,7 @@ import trio
 from kafka_wire.record_batch import build_batch, decode_records_for_tools, validate_produce_records
 from main_broker.log_store import LogStore
 from main_broker.producer_state import Verdict
-from shared_wal import RecordType, WalConfig, WalReader, WalWriter, open_wal_fs
+from shared_wal import RecordType, WalConfig, WalPosition, WalReader, WalWriter, open_wal_fs
 from shared_wal import broker_records as wal_records
 
 
@@ -170,6 +170,25 @@ def test_golden_broker_record_headers() -> None:
     assert msgpack.packb(wal_records.producer_ids_header(1000), use_bin_type=True).hex() == (
         "82a16ba470696473a47570746fcd03e8"
     )
+    link = wal_records.link_header(
+        wal_records.data_header("t", 0, 5, 6, 9), WalPosition("proxy-2", 0, 40, 120), 90, 3, False
+    )
+    assert msgpack.packb(link, use_bin_type=True).hex() == (
+        "8c"
+        "a174a174"
+        "a17000"
+        "a16205"
+        "a16c06"
+        "a2747309"
+        "a177a770726f78792d32"
+        "a2736700"
+        "a2707328"
+        "a26c6e78"
+        "a2737a5a"
+        "a16503"
+        "a36c6174c2"
+    )
+    assert wal_records.link_target(link) == WalPosition("proxy-2", 0, 40, 120)
     header, body = wal_records.snapshot_record({"topics": [], "pid_next": 0, "offsets": {}})
     assert header == {"k": "snapshot", "v": 1}
     assert body.hex() == "83a6746f7069637390a87069645f6e65787400a76f66667365747380"
