@@ -21,15 +21,18 @@ from kafka_wire.codec import (
     build_response,
     decode_request,
     encode_response,
+    parse_request_header,
     warm_up,
 )
+from kafka_wire.rpc import RpcPeer, RpcServer
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from main_broker import api_cluster, api_fetch, group_handlers
 from main_broker.api_produce import begin_produce
 from main_broker.config import BrokerConfig
-from main_broker.confirm import ConfirmSequencer
+from main_broker.confirm import ConfirmSequencer, handle_confirm
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.log_store import LogStore
+from main_broker.state_stream import publish_state
 from shared_wal import WalReader, WalWriter, open_wal_fs
 from telemetry import BrokerMetrics, MetricsRegistry
 
@@ -105,6 +108,7 @@ class MainBroker:
         }
         self._auto_create_lock = trio.Lock()
         self.confirms = ConfirmSequencer()
+        self.rpc_port: int | None = None
         self.store: LogStore
         self.coordinator: GroupCoordinator
         self.commit_nursery: trio.Nursery
@@ -149,6 +153,8 @@ class MainBroker:
                 self.commit_nursery = nursery
                 await nursery.start(wal.run)
                 await nursery.start(self.coordinator.run)
+                if cfg.rpc_port is not None:
+                    self.rpc_port = await nursery.start(self._serve_rpc)
                 listeners = await nursery.start(
                     partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
                 )
@@ -169,6 +175,34 @@ class MainBroker:
             self.ready = False
             with trio.CancelScope(shield=True):
                 await wal.aclose()
+
+    async def _serve_rpc(self, *, task_status: trio.TaskStatus[int]) -> None:
+        cfg = self.config
+        if not cfg.rpc_secret:
+            raise ValueError("rpc_port is set but rpc_secret is empty")
+        server = RpcServer(
+            cfg.node_id,
+            cfg.rpc_secret,
+            {"confirm": self._rpc_confirm, "relay": self._rpc_relay},
+            {"state": self._rpc_state},
+        )
+        await server.serve(cfg.host, cfg.rpc_port or 0, task_status=task_status)
+
+    async def _rpc_confirm(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
+        return await handle_confirm(self, params)
+
+    async def _rpc_state(
+        self, peer: RpcPeer, params: dict[str, Any], send: Callable[[Any], Awaitable[None]]
+    ) -> None:
+        await publish_state(self.store, self.config.node_id, send)
+
+    async def _rpc_relay(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
+        """A Kafka request a proxy relays for one of its clients; answers the response frame."""
+        frame = bytearray(params["frame"])
+        header = parse_request_header(frame)
+        conn = ConnectionInfo(str(params.get("host", "?")), 0, 0, f"relay:{peer.node_id}")
+        parts = await self.begin(header, frame, conn)()
+        return {"frame": b"".join(parts) if parts is not None else None}
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         self.metrics.connections.inc()

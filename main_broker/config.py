@@ -18,6 +18,9 @@ class BrokerConfig:
     advertised_host: str | None = None
     advertised_port: int | None = None
     cluster_id: str = "zonefleet"
+    # Internal RPC for zone proxies (confirms, state stream, relays); off when rpc_port is None.
+    rpc_port: int | None = None
+    rpc_secret: bytes | None = None
     writer_id: str | None = None
     auto_create_topics: bool = True
     num_partitions: int = 1

@@ -7,11 +7,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from confluent_kafka import Consumer, KafkaError
 from kio.schema.errors import ErrorCode
 
 from kafka_wire.record_batch import build_batch
+from kafka_wire.rpc import RpcError
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
 from main_broker.confirm import handle_confirm
@@ -158,4 +160,47 @@ async def test_confirm_of_unknown_or_corrupt_payload_fails_cleanly(tmp_path: Pat
         result = await handle_confirm(broker, missing)
         assert result["parts"][0][0] == ErrorCode.not_leader_or_follower
         assert broker.store.partition("t", 0).high_watermark == 0  # type: ignore[union-attr]
+        nursery.cancel_scope.cancel()
+
+
+async def test_internal_rpc_confirm_state_and_relay(tmp_path: Path) -> None:
+    from kafka_wire.codec import build_request, decode_response, encode_request
+    from kafka_wire.rpc import RpcClient
+
+    url = f"osfs://{tmp_path / 'wal'}"
+    positions = await _prepare(url, [_batch([b"r0", b"r1"])])
+    secret = b"s" * 32
+    config = _config(tmp_path)
+    config.rpc_port, config.rpc_secret = 0, secret
+    broker = MainBroker(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        await broker.store.create_topic("t", 1, {})
+        assert broker.rpc_port
+        client = RpcClient(2, secret, "127.0.0.1", broker.rpc_port)
+        async with client.subscribe("state", {}) as frames:
+            first = await frames.__anext__()
+            assert first["full"] and first["parts"] == [["t", 0, 0, 0, 0, 0, 0]]
+            result = await client.call("confirm", _params(positions, 0), idempotent=False)
+            assert result["parts"][0][:2] == [ErrorCode.none, 0]
+            with trio.fail_after(5):
+                async for frame in frames:
+                    if any(p[:4] == ["t", 0, 0, 2] for p in frame["parts"]):
+                        break
+        # A relayed ApiVersions comes back as the main's own response frame.
+        request = encode_request(
+            18,
+            3,
+            42,
+            "relayed",
+            build_request(18, 3, {"client_software_name": "t", "client_software_version": "1"}),
+        )
+        relayed = await client.call("relay", {"frame": request, "host": "10.0.0.1"})
+        cid, response = decode_response(18, 3, relayed["frame"])
+        assert cid == 42 and response.error_code == ErrorCode.none
+        # A wrong secret is refused.
+        intruder = RpcClient(3, b"x" * 32, "127.0.0.1", broker.rpc_port)
+        with pytest.raises(RpcError):
+            await intruder.call("confirm", _params(positions, 0), timeout=2, retries=0)
+        await client.aclose()
         nursery.cancel_scope.cancel()
