@@ -4,14 +4,16 @@ append it. The main reads the payload from the shared file system and runs exact
 logic a direct client gets; its own WAL records only a LINK (metadata, no payload).
 
 Wire form (msgpack, ~100 bytes for one partition):
-    params = {"sess": str, "seq": int, "acks": int, "tmo": int (ms), "v": produce version,
+    params = {"sess": str, "seq": int (both optional), "acks": int, "tmo": int (ms),
+              "v": produce version,
               "parts": [[topic, partition, writer, segment, position, length], ...]}
     result = {"parts": [[error_code, base_offset, log_append_time_ms, log_start_offset,
                          error_message | None], ...]}            (same order as the request)
 
-Confirms of one proxy session (one per RPC connection) carry consecutive `seq` numbers from 0.
-RPC requests run as separate tasks, so the main applies them strictly in `seq` order: that is
-what keeps a pipelining idempotent producer's batches in order through the proxy.
+A caller that keeps one confirm in flight per main (the zone proxy coalesces what queues up
+meanwhile into the next one) sends no `seq`. A caller that pipelines confirms numbers them
+per session from 0: RPC requests run as separate tasks, so the main then applies them strictly
+in `seq` order, which keeps an idempotent producer's batches in order.
 """
 
 from __future__ import annotations
@@ -103,8 +105,9 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
         return out
 
     payloads = await trio.to_thread.run_sync(read_all, limiter=broker.store.read_limiter)
-    session, seq = str(params["sess"]), int(params["seq"])
-    in_turn = await broker.confirms.wait_turn(session, seq)
+    sequenced = "seq" in params
+    session, seq = str(params.get("sess", "")), int(params.get("seq", -1))
+    in_turn = await broker.confirms.wait_turn(session, seq) if sequenced else True
     pending = PendingAppends()
     try:
         if not in_turn:
@@ -135,7 +138,8 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
                 if result.error_code == ErrorCode.none:
                     broker.metrics.bytes_in.labels(topic).inc(len(payload))
     finally:
-        broker.confirms.done(session, seq)
+        if sequenced:
+            broker.confirms.done(session, seq)
     pending.start(broker)
     await pending.wait(int(params.get("tmo", 30000)) / 1000)
     return {"parts": [_part_result(r) for r in results]}
