@@ -19,6 +19,8 @@ from kio.serial.readers import tz_aware_from_i64
 from kio.static.primitive import i64
 from typing_extensions import Buffer
 
+from kafka_wire.varint import SchemaWalkError, read_uvarint, skip_tagged_fields_at
+
 __all__ = [
     "EntitySpec",
     "FieldKind",
@@ -237,10 +239,6 @@ def build_entity(cls: type, data: Mapping[str, Any] | Any) -> Any:
 # first: counts and lengths are checked against the bytes left, and unknown tags found.
 
 
-class SchemaWalkError(ValueError):
-    """The bytes do not follow the schema."""
-
-
 _FIXED_SIZE: Final[Mapping[str, int]] = {
     "int8": 1,
     "uint8": 1,
@@ -339,23 +337,9 @@ def _plan(cls: type) -> _Plan:
     return _Plan(ops, spec.flexible, tags, fixed)
 
 
-def _uvarint_at(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    for _ in range(5):
-        if pos >= end:
-            raise SchemaWalkError(f"varint runs past the end at {pos}")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    raise SchemaWalkError(f"unsigned varint longer than 5 bytes at {pos}")
-
-
 def _count_at(buf: memoryview, pos: int, end: int, compact: bool) -> tuple[int, int]:
     if compact:
-        n, pos = _uvarint_at(buf, pos, end)
+        n, pos = read_uvarint(buf, pos, end)
         n -= 1
     else:
         if pos + 4 > end:
@@ -375,7 +359,7 @@ def _scan_scalar(op: tuple[Any, ...], buf: memoryview, pos: int, end: int) -> in
     if code == _FIXED:
         pos += op[1]
     elif code == _COMPACT:
-        n, pos = _uvarint_at(buf, pos, end)
+        n, pos = read_uvarint(buf, pos, end)
         if n:
             pos += n - 1
     else:
@@ -455,13 +439,13 @@ def _walk(
         out += buf[mark:pos]
     if not plan.tagged:
         return pos, unknown
-    count, pos = _uvarint_at(buf, pos, end)
+    count, pos = read_uvarint(buf, pos, end)
     if count > end - pos:
         raise SchemaWalkError(f"{count} tagged fields in {end - pos} bytes")
     kept: list[tuple[int, bytearray]] = []
     for _ in range(count):
-        tag, pos = _uvarint_at(buf, pos, end)
-        size, pos = _uvarint_at(buf, pos, end)
+        tag, pos = read_uvarint(buf, pos, end)
+        size, pos = read_uvarint(buf, pos, end)
         tag_end = pos + size
         if tag_end > end:
             raise SchemaWalkError(f"tag {tag} runs past the end ({tag_end} > {end})")
@@ -522,12 +506,4 @@ def strip_unknown_tags(entity_cls: type, buf: Buffer, offset: int = 0) -> bytes:
 def skip_tagged_fields(buf: Buffer, offset: int) -> int:
     """Offset just past the tagged-field section that starts at `offset`."""
     view = _start(buf, offset)
-    end = view.nbytes
-    count, pos = _uvarint_at(view, offset, end)
-    for _ in range(count):
-        _, pos = _uvarint_at(view, pos, end)
-        size, pos = _uvarint_at(view, pos, end)
-        pos += size
-        if pos > end:
-            raise SchemaWalkError(f"tagged field runs past the end ({pos} > {end})")
-    return pos
+    return skip_tagged_fields_at(view, offset, view.nbytes)

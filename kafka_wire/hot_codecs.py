@@ -12,6 +12,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from kafka_wire.varint import read_uvarint, skip_tagged_fields_at
+
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
 PRODUCE_VERSIONS = range(3, 12)
@@ -61,35 +63,6 @@ class ProduceRequestData:
     acks: int
     timeout_ms: int
     topics: list[ProduceTopicData]
-
-
-def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
-
-
-def _skip_tagged_fields(buf: memoryview, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise ValueError("tagged field runs past the end of the frame")
-    return pos
 
 
 def _take(buf: memoryview, pos: int, n: int) -> tuple[memoryview, int]:
@@ -162,24 +135,24 @@ def _decode_produce_legacy(buf: memoryview, pos: int) -> ProduceRequestData:
 
 def _decode_produce_flexible(buf: memoryview, pos: int) -> ProduceRequestData:
     limit = len(buf)
-    n, pos = _uvarint(buf, pos)
+    n, pos = read_uvarint(buf, pos, limit)
     transactional_id: str | None = None
     if n:
         raw, pos = _take(buf, pos, n - 1)
         transactional_id = str(raw, "utf-8")
     acks, timeout_ms = _unpack_acks_timeout(buf, pos)
     pos += 6
-    topic_count, pos = _uvarint(buf, pos)
+    topic_count, pos = read_uvarint(buf, pos, limit)
     if not topic_count:
         raise ValueError("null topic array")
     topics: list[ProduceTopicData] = []
     for _ in range(topic_count - 1):
-        n, pos = _uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos, limit)
         if not n:
             raise ValueError("null topic name")
         raw, pos = _take(buf, pos, n - 1)
         name = str(raw, "utf-8")
-        part_count, pos = _uvarint(buf, pos)
+        part_count, pos = read_uvarint(buf, pos, limit)
         if not part_count:
             raise ValueError("null partition array")
         parts: list[ProducePartitionData] = []
@@ -194,7 +167,7 @@ def _decode_produce_flexible(buf: memoryview, pos: int) -> ProduceRequestData:
                 size = (size & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                size, pos = _uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos, limit)
             records: memoryview | None = None
             if size:
                 end = pos + size - 1
@@ -204,12 +177,12 @@ def _decode_produce_flexible(buf: memoryview, pos: int) -> ProduceRequestData:
                 pos = end
             parts.append(ProducePartitionData(index, records))
             if buf[pos]:
-                pos = _skip_tagged_fields(buf, pos)
+                pos = skip_tagged_fields_at(buf, pos, limit)
             else:
                 pos += 1
         topics.append(ProduceTopicData(name, parts))
-        pos = _skip_tagged_fields(buf, pos)
-    _skip_tagged_fields(buf, pos)
+        pos = skip_tagged_fields_at(buf, pos, limit)
+    skip_tagged_fields_at(buf, pos, limit)
     return ProduceRequestData(transactional_id, acks, timeout_ms, topics)
 
 

@@ -1,5 +1,5 @@
 """Kafka's classic consumer-group coordinator: membership state machine, rebalance and session
-timers, and the in-memory committed offsets (made durable through an ``OffsetStore``)."""
+timers, and the OffsetCommit/OffsetFetch entry points (offsets live in an ``OffsetTable``)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,31 @@ import math
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
 
+from main_broker.group_offsets import (
+    CommittedOffset,
+    OffsetCommitTuple,
+    OffsetStore,
+    OffsetTable,
+    OffsetTuple,
+)
+
+__all__ = [
+    "CommittedOffset",
+    "GroupConfig",
+    "GroupCoordinator",
+    "GroupState",
+    "OffsetStore",
+    "OffsetTuple",
+]
+
 log = logging.getLogger(__name__)
 
 NONE = int(ErrorCode.none)
-COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
-UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
-OFFSET_METADATA_TOO_LARGE = int(ErrorCode.offset_metadata_too_large)
 ILLEGAL_GENERATION = int(ErrorCode.illegal_generation)
 INCONSISTENT_GROUP_PROTOCOL = int(ErrorCode.inconsistent_group_protocol)
 INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
@@ -34,17 +48,6 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 # READ (3), DELETE (6) and DESCRIBE (8): everything a group supports; there are no ACLs here.
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
-OffsetTuple = tuple[str, int, int, int, str]  # topic, partition, offset, leader epoch, metadata
-
-
-class OffsetStore(Protocol):
-    """Durability and topic knowledge the broker provides to the coordinator."""
-
-    async def persist_offsets(self, group_id: str, offsets: list[OffsetTuple]) -> None:
-        """Return once the offsets are durable."""
-
-    def partition_exists(self, topic: str, partition: int) -> bool: ...
-
 
 @dataclass
 class GroupConfig:
@@ -57,13 +60,6 @@ class GroupConfig:
     new_member_join_timeout_ms: int = 300_000
     # An Empty group without offsets is forgotten after this.
     empty_group_retention_ms: int = 600_000
-
-
-@dataclass(frozen=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
 
 
 class GroupState(enum.Enum):
@@ -129,8 +125,6 @@ class _Group:
     new_member_added: bool = False
     sync_deadline: float | None = None
     empty_deadline: float | None = None
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    offset_seq: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def rebalance_timeout_s(self) -> float:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0) / 1000
@@ -207,7 +201,7 @@ class GroupCoordinator:
         self._groups: dict[str, _Group] = {}
         self._wakeup = trio.Event()
         self._next_wake = -math.inf  # until run() starts, nobody needs waking
-        self._commit_seq = 0
+        self._offsets = OffsetTable(store)
 
     # ----------------------------------------------------------------- timers
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -263,7 +257,11 @@ class GroupCoordinator:
                         self._remove_member_and_update(g, member)
             if g.empty_deadline is not None and g.empty_deadline <= now:
                 g.empty_deadline = None
-                if g.state is GroupState.EMPTY and not g.offsets and not g.pending_members:
+                if (
+                    g.state is GroupState.EMPTY
+                    and not self._offsets.has_offsets(g.group_id)
+                    and not g.pending_members
+                ):
                     g.state = GroupState.DEAD
                     del self._groups[g.group_id]
 
@@ -660,7 +658,7 @@ class GroupCoordinator:
         generation_id: int,
         member_id: str,
         group_instance_id: str | None,
-        offsets: Sequence[tuple[str, int, int, int, str | None]],
+        offsets: Sequence[OffsetCommitTuple],
     ) -> dict[str, Any]:
         """OffsetCommit; returns {"topics": [{name, partitions: [{partition_index, error_code}]}]}.
 
@@ -688,30 +686,15 @@ class GroupCoordinator:
             error = REBALANCE_IN_PROGRESS
         else:
             self._heartbeat(g.members[member_id])
-        errors: dict[tuple[str, int], int] = {}
-        to_store: list[OffsetTuple] = []
-        for topic, partition, offset, epoch, metadata in offsets:
-            key = (topic, partition)
-            if error != NONE:
-                errors[key] = error
-            elif not self.store.partition_exists(topic, partition):
-                errors[key] = UNKNOWN_TOPIC_OR_PARTITION
-            elif metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
-                errors[key] = OFFSET_METADATA_TOO_LARGE
-            else:
-                errors[key] = NONE
-                to_store.append((topic, partition, offset, epoch, metadata or ""))
-        if to_store:
-            self._commit_seq += 1
-            seq = self._commit_seq
-            try:
-                await self.store.persist_offsets(group_id, to_store)
-            except Exception:
-                log.exception("group %s: persisting offsets failed", group_id)
-                for topic, partition, *_ in to_store:
-                    errors[(topic, partition)] = COORDINATOR_NOT_AVAILABLE
-            else:
-                self._apply_offsets(group_id, to_store, seq)
+        if error != NONE:
+            errors = {(topic, partition): error for topic, partition, *_ in offsets}
+        else:
+            errors = await self._offsets.commit(
+                group_id, offsets, self.config.offset_metadata_max_bytes
+            )
+            if NONE in errors.values():
+                # The group may have expired while the store was persisting; offsets need one.
+                self._ensure_group(group_id)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition), code in errors.items():
             by_topic.setdefault(topic, []).append(
@@ -719,62 +702,33 @@ class GroupCoordinator:
             )
         return {"topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
-    def _apply_offsets(self, group_id: str, offsets: Iterable[OffsetTuple], seq: int) -> None:
-        g = self._groups.get(group_id)
-        if g is None:
-            g = self._groups[group_id] = _Group(group_id)
-        for topic, partition, offset, epoch, metadata in offsets:
-            key = (topic, partition)
-            # Concurrent commits are applied in submission order (the order the store logged).
-            if g.offset_seq.get(key, -1) <= seq:
-                g.offset_seq[key] = seq
-                g.offsets[key] = CommittedOffset(offset, epoch, metadata)
+    def _ensure_group(self, group_id: str) -> None:
+        if group_id not in self._groups:
+            self._groups[group_id] = _Group(group_id)
 
     def load_offsets(self, group_id: str, offsets: Iterable[OffsetTuple]) -> None:
         """Replay durable offsets (broker start-up, before serving)."""
-        self._apply_offsets(group_id, offsets, 0)
+        self._ensure_group(group_id)
+        self._offsets.load(group_id, offsets)
 
     def committed_offsets(self) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
-        return {gid: dict(g.offsets) for gid, g in self._groups.items() if g.offsets}
+        return self._offsets.committed()
 
     def delete_topic_offsets(self, topic: str) -> None:
+        self._offsets.delete_topic(topic)
         for g in self._groups.values():
-            for key in [k for k in g.offsets if k[0] == topic]:
-                del g.offsets[key]
-                g.offset_seq.pop(key, None)
-            if not g.offsets and g.state is GroupState.EMPTY and g.empty_deadline is None:
+            if (
+                not self._offsets.has_offsets(g.group_id)
+                and g.state is GroupState.EMPTY
+                and g.empty_deadline is None
+            ):
                 self._set_empty(g)
 
     def fetch_offsets(
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None
     ) -> dict[str, Any]:
         """OffsetFetch for one group; ``topics=None`` means every partition it has offsets for."""
-        g = self._groups.get(group_id)
-        offsets = g.offsets if g is not None else {}
-        if topics is None:
-            wanted: dict[str, list[int]] = {}
-            for topic, partition in sorted(offsets):
-                wanted.setdefault(topic, []).append(partition)
-            topics = list(wanted.items())
-        result = []
-        for topic, partitions in topics:
-            parts = []
-            for p in partitions:
-                c = offsets.get((topic, p))
-                error = NONE
-                if c is None and not self.store.partition_exists(topic, p):
-                    error = UNKNOWN_TOPIC_OR_PARTITION
-                parts.append(
-                    {
-                        "partition_index": p,
-                        "committed_offset": c.offset if c else -1,
-                        "committed_leader_epoch": c.leader_epoch if c else -1,
-                        "metadata": c.metadata if c else "",
-                        "error_code": error,
-                    }
-                )
-            result.append({"name": topic, "partitions": parts})
-        return {"error_code": NONE, "topics": result}
+        return self._offsets.fetch(group_id, topics)
 
     # ------------------------------------------------------ List / Describe
     def list_groups(

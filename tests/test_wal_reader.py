@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,34 +14,24 @@ from shared_wal import (
     OffsetOutOfRange,
     RecordType,
     SegmentNotFound,
-    WalConfig,
     WalError,
     WalPosition,
     WalReader,
     WalWriter,
     list_writers,
-    open_wal_fs,
 )
 from shared_wal.storage import FS
+from tests import wal_helpers
+from tests.wal_helpers import no_retention, running
 
-
-@pytest.fixture(params=["mem", "osfs"])
-def wal_fs(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[FS]:
-    url = "mem://" if request.param == "mem" else f"osfs://{tmp_path / 'root'}"
-    filesystem = open_wal_fs(url)
-    yield filesystem
-    filesystem.close()
+wal_fs = wal_helpers.wal_fs
 
 
 async def write_log(fs: FS, n: int, writer: str = "w1") -> tuple[WalWriter, list[WalPosition]]:
-    wal = await WalWriter.open(fs, writer, WalConfig(segment_bytes=500, retention_ms=None))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
-        positions = [
-            await wal.append(RecordType.DATA, {"i": i}, b"%03d" % i * 30) for i in range(n)
-        ]
-        await wal.aclose()
-    return wal, positions
+    config = no_retention(segment_bytes=500)
+    return await wal_helpers.write_log(
+        fs, n, lambda i: b"%03d" % i * 30, writer=writer, config=config
+    )
 
 
 async def test_tail_across_segments_stops_at_end_offset(wal_fs: FS) -> None:
@@ -73,7 +62,7 @@ async def test_tail_across_segments_stops_at_end_offset(wal_fs: FS) -> None:
 
 
 async def test_tail_never_passes_the_published_end_while_writing(wal_fs: FS) -> None:
-    wal = await WalWriter.open(wal_fs, "w1", WalConfig(segment_bytes=400, retention_ms=None))
+    wal = await WalWriter.open(wal_fs, "w1", no_retention(segment_bytes=400))
     reader = WalReader(wal_fs, "w1")
     seen: list[int] = []
     offset = 0
@@ -81,8 +70,7 @@ async def test_tail_never_passes_the_published_end_while_writing(wal_fs: FS) -> 
     def read_range(start: int, end: int) -> list[Any]:
         return list(reader.iter_records(start, end))
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         for i in range(30):
             wal.submit(RecordType.DATA, {"i": i}, b"p" * 40)
             if i % 3 == 2:
@@ -93,7 +81,6 @@ async def test_tail_never_passes_the_published_end_while_writing(wal_fs: FS) -> 
                 assert r.position.end_offset <= published
                 seen.append(r.header["i"])
                 offset = r.position.end_offset
-        await wal.aclose()
     seen.extend(r.header["i"] for r in reader.iter_records(offset, wal.end_offset))
     assert seen == list(range(30))
     reader.close()

@@ -4,38 +4,24 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import trio
 
-from shared_wal import RecordType, WalConfig, WalPosition, WalReader, WalWriter, open_wal_fs
+from shared_wal import RecordType, WalPosition, WalReader, WalWriter
 from shared_wal.storage import FS
+from tests import wal_helpers
+from tests.wal_helpers import no_retention, running
+
+wal_fs = wal_helpers.wal_fs
 
 SEG0 = "wal/w1/00000000000000000000.wal"
 
 
-@pytest.fixture(params=["mem", "osfs"])
-def wal_fs(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[FS]:
-    url = "mem://" if request.param == "mem" else f"osfs://{tmp_path / 'root'}"
-    filesystem = open_wal_fs(url)
-    yield filesystem
-    filesystem.close()
-
-
-def config(**kw: Any) -> WalConfig:
-    return WalConfig(retention_ms=None, **kw)
-
-
 async def write_records(fs: FS, n: int, **kw: Any) -> list[WalPosition]:
-    wal = await WalWriter.open(fs, "w1", config(**kw))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
-        positions = [
-            await wal.append(RecordType.DATA, {"i": i}, bytes([i]) * (50 + i)) for i in range(n)
-        ]
-        await wal.aclose()
+    _, positions = await wal_helpers.write_log(
+        fs, n, lambda i: bytes([i]) * (50 + i), config=no_retention(**kw)
+    )
     return positions
 
 
@@ -45,7 +31,7 @@ async def reopen_and_check(
     """Reopen after damage: replay = survivors, WARNING logged, appends land at ``cut``."""
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="zonefleet.wal"):
-        wal = await WalWriter.open(fs, "w1", config())
+        wal = await WalWriter.open(fs, "w1", no_retention())
     warnings = [r for r in caplog.records if r.name == "zonefleet.wal"]
     assert len(warnings) == 1
     assert warnings[0].levelno == logging.WARNING
@@ -59,10 +45,8 @@ async def reopen_and_check(
     assert fs.getsize(SEG0) == cut
     assert wal.end_offset == cut
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         new = await wal.append(RecordType.CONTROL, {"k": "after"}, b"fresh")
-        await wal.aclose()
     assert new.offset == cut
     with WalReader(fs, "w1") as reader:
         assert bytes(reader.read_record(new).payload) == b"fresh"
@@ -73,7 +57,7 @@ async def reopen_and_check(
 async def test_clean_log_recovers_silently(wal_fs: FS, caplog: pytest.LogCaptureFixture) -> None:
     positions = await write_records(wal_fs, 5)
     with caplog.at_level(logging.WARNING, logger="zonefleet.wal"):
-        wal = await WalWriter.open(wal_fs, "w1", config())
+        wal = await WalWriter.open(wal_fs, "w1", no_retention())
     assert not caplog.records
     assert [r.position for r in wal.replay()] == positions
     assert wal.end_offset == positions[-1].end_offset
@@ -147,7 +131,7 @@ async def test_corrupt_sealed_segment_keeps_later_segments(
     wal_fs.writebytes(path, bytes(data))
 
     with caplog.at_level(logging.WARNING, logger="zonefleet.wal"):
-        wal = await WalWriter.open(wal_fs, "w1", config(segment_bytes=300))
+        wal = await WalWriter.open(wal_fs, "w1", no_retention(segment_bytes=300))
     assert path in caplog.text
     assert f"truncating at byte {bad.position}" in caplog.text
     expected = [p for p in positions if p.segment != victim or p.position < bad.position]
@@ -155,10 +139,8 @@ async def test_corrupt_sealed_segment_keeps_later_segments(
     assert wal_fs.getsize(path) == bad.position
     assert wal.segments() == segs
     # the log has a hole where the truncated bytes were; new appends go after the last segment
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         new = await wal.append(RecordType.DATA, {"i": 99}, b"new")
-        await wal.aclose()
     assert new.offset == positions[-1].end_offset
     with WalReader(wal_fs, "w1") as reader:
         assert [r.position for r in reader.iter_records(0, wal.end_offset)] == [*expected, new]
@@ -167,23 +149,19 @@ async def test_corrupt_sealed_segment_keeps_later_segments(
 async def test_segment_truncated_to_empty_gets_a_snapshot(
     wal_fs: FS, caplog: pytest.LogCaptureFixture
 ) -> None:
-    wal = await WalWriter.open(wal_fs, "w1", config(), lambda: ({"k": "snap"}, b"s"))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    wal = await WalWriter.open(wal_fs, "w1", no_retention(), lambda: ({"k": "snap"}, b"s"))
+    async with running(wal):
         await wal.append(RecordType.DATA, {"i": 0}, b"x")
-        await wal.aclose()
     data = bytearray(wal_fs.readbytes(SEG0))
     data[10] ^= 1  # inside the first record (the SNAPSHOT)
     wal_fs.writebytes(SEG0, bytes(data))
     with caplog.at_level(logging.WARNING, logger="zonefleet.wal"):
-        wal = await WalWriter.open(wal_fs, "w1", config(), lambda: ({"k": "snap2"}, b""))
+        wal = await WalWriter.open(wal_fs, "w1", no_retention(), lambda: ({"k": "snap2"}, b""))
     assert "truncating at byte 0" in caplog.text
     assert list(wal.replay()) == []
     assert wal.segments() == [0]
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         pos = await wal.append(RecordType.DATA, {"i": 1}, b"y")
-        await wal.aclose()
     with WalReader(wal_fs, "w1") as reader:
         got = list(reader.iter_records(0, wal.end_offset))
     assert [r.header for r in got] == [{"k": "snap2"}, {"i": 1}]
@@ -195,7 +173,7 @@ async def test_stray_files_are_ignored(wal_fs: FS, caplog: pytest.LogCaptureFixt
     wal_fs.writebytes("wal/w1/notes.txt", b"not a segment")
     wal_fs.writebytes("wal/w1/123.wal", b"bad name")
     with caplog.at_level(logging.WARNING, logger="zonefleet.wal"):
-        wal = await WalWriter.open(wal_fs, "w1", config())
+        wal = await WalWriter.open(wal_fs, "w1", no_retention())
     assert not caplog.records
     assert [r.position for r in wal.replay()] == positions
     await wal.aclose()

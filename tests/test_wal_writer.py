@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,18 +17,13 @@ from shared_wal import (
     WalPosition,
     WalReader,
     WalWriter,
-    open_wal_fs,
     storage,
 )
 from shared_wal.storage import FS
+from tests import wal_helpers
+from tests.wal_helpers import no_retention, running
 
-
-@pytest.fixture(params=["mem", "osfs"])
-def wal_fs(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[FS]:
-    url = "mem://" if request.param == "mem" else f"osfs://{tmp_path / 'root'}"
-    filesystem = open_wal_fs(url)
-    yield filesystem
-    filesystem.close()
+wal_fs = wal_helpers.wal_fs
 
 
 @pytest.fixture
@@ -43,10 +37,6 @@ def count_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(storage, "sync_file", counting)
     return calls
-
-
-def no_retention(**kw: Any) -> WalConfig:
-    return WalConfig(retention_ms=None, **kw)
 
 
 def records(fs: FS, writer: WalWriter) -> list[Any]:
@@ -68,12 +58,10 @@ async def test_group_commit_joins_concurrent_appends(wal_fs: FS, count_syncs: li
         results[i] = await ticket.wait()
         assert ticket.done
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         async with trio.open_nursery() as producers:
             for i in range(50):
                 producers.start_soon(producer, i)
-        await wal.aclose()
 
     assert len(results) == 50
     assert 1 <= len(count_syncs) <= 10, f"{len(count_syncs)} fsyncs for 50 appends"
@@ -94,10 +82,8 @@ async def test_submit_is_synchronous_and_keeps_call_order(wal_fs: FS) -> None:
     wal = await WalWriter.open(wal_fs, "w1", no_retention())
     tickets = [wal.submit(RecordType.CONTROL, {"n": n}) for n in range(5)]
     assert not any(t.done for t in tickets)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         positions = [await t.wait() for t in tickets]
-        await wal.aclose()
     assert [p.offset for p in positions] == sorted(p.offset for p in positions)
     assert positions[0].offset == 0
     assert wal.end_offset == positions[-1].end_offset
@@ -106,11 +92,9 @@ async def test_submit_is_synchronous_and_keeps_call_order(wal_fs: FS) -> None:
 async def test_groups_respect_max_group_bytes(wal_fs: FS, count_syncs: list[int]) -> None:
     wal = await WalWriter.open(wal_fs, "w1", no_retention(max_group_bytes=1000))
     tickets = [wal.submit(RecordType.DATA, {}, b"z" * 300) for _ in range(10)]
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         for t in tickets:
             await t.wait()
-        await wal.aclose()
     # 310-byte records, at most 3 per 1000-byte group
     assert len(count_syncs) == 4
 
@@ -134,10 +118,8 @@ async def test_roll_writes_snapshot_first_in_every_segment(wal_fs: FS) -> None:
         return {"k": "snapshot", "n": len(calls)}, b"state-%d" % len(calls)
 
     wal = await WalWriter.open(wal_fs, "w1", no_retention(segment_bytes=400), provider)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         positions = [await wal.append(RecordType.DATA, {"i": i}, b"d" * 100) for i in range(12)]
-        await wal.aclose()
 
     segs = wal.segments()
     assert len(segs) >= 4
@@ -168,18 +150,14 @@ async def test_roll_writes_snapshot_first_in_every_segment(wal_fs: FS) -> None:
 
 async def test_new_wal_without_provider_has_no_snapshot(wal_fs: FS) -> None:
     wal = await WalWriter.open(wal_fs, "w1", no_retention())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         pos = await wal.append(RecordType.CONTROL, {"k": "x"})
-        await wal.aclose()
     assert pos.offset == 0
 
 
 async def _fill_and_close(wal: WalWriter, n: int) -> None:
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         await _fill_segments(wal, n)
-        await wal.aclose()
 
 
 async def _fill_segments(wal: WalWriter, n: int) -> None:
@@ -189,12 +167,10 @@ async def _fill_segments(wal: WalWriter, n: int) -> None:
 
 
 async def test_retention_by_bytes_deletes_oldest_sealed_only(wal_fs: FS) -> None:
-    wal = await WalWriter.open(wal_fs, "w1", WalConfig(segment_bytes=1000, retention_ms=None))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    wal = await WalWriter.open(wal_fs, "w1", no_retention(segment_bytes=1000))
+    async with running(wal):
         await _fill_segments(wal, 20)
         await _check_retention_by_bytes(wal_fs, wal)
-        await wal.aclose()
 
 
 async def _check_retention_by_bytes(wal_fs: FS, wal: WalWriter) -> None:
@@ -244,13 +220,11 @@ async def test_run_applies_retention_periodically(wal_fs: FS) -> None:
         got.set()
 
     wal.on_segments_deleted = on_deleted
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         for i in range(12):
             await wal.append(RecordType.DATA, {"i": i}, b"r" * 200)
         with trio.fail_after(5):
             await got.wait()
-        await wal.aclose()
     assert deleted and deleted[0] == 0
     assert wal.segments()[0] > 0
     assert not set(deleted) & set(wal.segments())
@@ -260,8 +234,7 @@ async def test_fsync_failure_fails_group_and_later_submits(
     wal_fs: FS, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wal = await WalWriter.open(wal_fs, "w1", no_retention())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         good = await wal.append(RecordType.DATA, {}, b"ok")
 
         def broken(f: Any) -> None:
@@ -276,7 +249,6 @@ async def test_fsync_failure_fails_group_and_later_submits(
         with pytest.raises(WalError, match="failed"):
             wal.submit(RecordType.DATA, {}, b"late")
         assert wal.end_offset == good.end_offset  # nothing past the last durable record
-        await wal.aclose()
 
 
 async def test_snapshot_provider_failure_fails_only_that_group(wal_fs: FS) -> None:
@@ -288,13 +260,11 @@ async def test_snapshot_provider_failure_fails_only_that_group(wal_fs: FS) -> No
         return {"k": "s"}, b""
 
     wal = await WalWriter.open(wal_fs, "w1", no_retention(), provider)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(wal.run)
+    async with running(wal):
         with pytest.raises(WalError, match="snapshot provider"):
             await wal.append(RecordType.DATA, {}, b"a")
         fail[0] = False
         pos = await wal.append(RecordType.DATA, {}, b"b")
-        await wal.aclose()
     assert wal.failed is None
     assert pos.position > 0  # after the snapshot
     assert [r.type for r in records(wal_fs, wal)] == [RecordType.SNAPSHOT, RecordType.DATA]
