@@ -1,0 +1,216 @@
+"""Fetch request semantics over any partition store (main broker or zone proxy).
+
+Long poll on min_bytes/max_wait (capped), max_bytes and partition_max_bytes with the KIP-74
+first-batch rule, isolation level, leader epoch checks and topic ids (v13+), served up to the
+high watermark (or the last stable offset for read_committed). The store is reached only
+through the small protocols below, so this module knows nothing of WALs or logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kafka_wire.hot_codecs import FetchPartitionResult, encode_fetch_response
+from kafka_wire.server_loop import Buffer
+
+READ_COMMITTED = 1
+NO_TOPIC_ID = bytes(16)
+MAX_WAIT_CAP_SECONDS = 30.0
+TOPIC_IDS_VERSION = 13
+DEFAULT_MAX_BYTES = 2**31 - 1
+
+
+class FetchEntry(Protocol):
+    """One record batch as the store indexes it."""
+
+    @property
+    def size(self) -> int: ...
+
+
+E = TypeVar("E", bound=FetchEntry)
+E_co = TypeVar("E_co", bound=FetchEntry, covariant=True)
+
+
+class FetchPartition(Protocol[E_co]):
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def leader_epoch(self) -> int: ...
+    @property
+    def high_watermark(self) -> int: ...
+    @property
+    def last_stable_offset(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+
+    def fetch_slice(
+        self, offset: int, max_bytes: int, upper: int, must_return_one: bool
+    ) -> tuple[int, Sequence[E_co]]:
+        """(error code, whole batches from `offset` below `upper` within max_bytes).
+
+        Must answer OFFSET_OUT_OF_RANGE for an offset outside [log start, next offset], and
+        return the first batch even past max_bytes when must_return_one (KIP-74).
+        """
+        ...
+
+
+class FetchTopic(Protocol[E_co]):
+    @property
+    def name(self) -> str: ...
+    @property
+    def topic_id(self) -> bytes: ...
+    @property
+    def partitions(self) -> Sequence[FetchPartition[E_co]]: ...
+
+
+class FetchSource(Protocol[E]):
+    def topic_by_name(self, name: str) -> FetchTopic[E] | None: ...
+    def topic_by_id(self, topic_id: bytes) -> FetchTopic[E] | None: ...
+
+    @property
+    def data_arrived(self) -> trio.Event:
+        """Set when any partition's readable data grows; replaced by a fresh Event each time."""
+        ...
+
+    async def batch_bytes(self, entry: E) -> Buffer: ...
+    def on_bytes_out(self, topic: str, nbytes: int) -> None: ...
+
+
+def leader_epoch_error(leader_epoch: int, requested: int) -> ErrorCode | None:
+    """The error for a request naming `requested` as the current leader epoch, if any."""
+    if requested < 0 or requested == leader_epoch:
+        return None
+    if requested < leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    return ErrorCode.unknown_leader_epoch
+
+
+@dataclass(slots=True)
+class _Want(Generic[E]):
+    topic: str
+    topic_id: bytes
+    result: FetchPartitionResult
+    partition: FetchPartition[E] | None
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int
+
+
+_TopicWants = tuple[str, bytes, list[_Want[E]]]
+
+
+def _parse_wants(source: FetchSource[E], req: Any, version: int) -> list[_TopicWants[E]]:
+    topics: list[_TopicWants[E]] = []
+    for topic in req.topics:
+        if version >= TOPIC_IDS_VERSION:
+            topic_id = topic.topic_id.bytes
+            state = source.topic_by_id(topic_id)
+            name = state.name if state else ""
+        else:
+            name = topic.topic
+            state = source.topic_by_name(name)
+            topic_id = state.topic_id if state else NO_TOPIC_ID
+        partitions = state.partitions if state else ()
+        wants: list[_Want[E]] = []
+        for p in topic.partitions:
+            part = partitions[p.partition] if 0 <= p.partition < len(partitions) else None
+            result = FetchPartitionResult(index=p.partition)
+            if part is None:
+                result.error_code = (
+                    ErrorCode.unknown_topic_id
+                    if version >= TOPIC_IDS_VERSION and state is None
+                    else ErrorCode.unknown_topic_or_partition
+                )
+            wants.append(
+                _Want(
+                    name,
+                    topic_id,
+                    result,
+                    part,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                )
+            )
+        topics.append((name, topic_id, wants))
+    return topics
+
+
+def _select(
+    wants: list[_TopicWants[E]], max_bytes: int, read_committed: bool
+) -> tuple[int, list[tuple[_Want[E], Sequence[E]]]]:
+    """Pick batches for every partition; returns (total bytes, selections). No I/O."""
+    total = 0
+    chosen: list[tuple[_Want[E], Sequence[E]]] = []
+    for _, _, parts in wants:
+        for want in parts:
+            part = want.partition
+            result = want.result
+            if part is None:
+                continue
+            epoch_error = leader_epoch_error(part.leader_epoch, want.current_leader_epoch)
+            result.high_watermark = part.high_watermark
+            result.last_stable_offset = part.last_stable_offset
+            result.log_start_offset = part.log_start_offset
+            result.aborted_transactions = [] if read_committed else None
+            if epoch_error is not None:
+                result.error_code = epoch_error
+                continue
+            upper = part.last_stable_offset if read_committed else part.high_watermark
+            budget = min(want.partition_max_bytes, max_bytes - total)
+            error, entries = part.fetch_slice(
+                want.fetch_offset, max(budget, 0), upper, must_return_one=total == 0
+            )
+            result.error_code = error
+            if entries:
+                chosen.append((want, entries))
+                total += sum(e.size for e in entries)
+    return total, chosen
+
+
+async def serve_fetch(
+    source: FetchSource[E], version: int, correlation_id: int, req: Any
+) -> list[Buffer]:
+    """Answer a decoded Fetch request (v4+) with the encoded response pieces.
+
+    Waits until min_bytes are available, an error is to be reported, or max_wait (at most
+    MAX_WAIT_CAP_SECONDS) passes. Fetch sessions are not supported: a non-zero session_id gets
+    FETCH_SESSION_ID_NOT_FOUND, which makes clients fall back to full fetches.
+    """
+    max_wait = min(req.max_wait.total_seconds(), MAX_WAIT_CAP_SECONDS)
+    max_bytes = req.max_bytes if getattr(req, "max_bytes", None) is not None else DEFAULT_MAX_BYTES
+    read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    if getattr(req, "session_id", 0) != 0:
+        return encode_fetch_response(
+            version,
+            correlation_id,
+            [],
+            error_code=ErrorCode.fetch_session_id_not_found,
+            session_id=0,
+        )
+    wants = _parse_wants(source, req, version)
+    deadline = trio.current_time() + max(max_wait, 0.0)
+    while True:
+        # Taken before selecting, so data arriving while we select still wakes the wait.
+        arrived = source.data_arrived
+        total, chosen = _select(wants, max_bytes, read_committed)
+        any_error = any(w.result.error_code for _, _, parts in wants for w in parts)
+        if total >= req.min_bytes or any_error or trio.current_time() >= deadline:
+            break
+        with trio.move_on_at(deadline):
+            await arrived.wait()
+    for want, entries in chosen:
+        records: list[Buffer] = [await source.batch_bytes(e) for e in entries]
+        want.result.records = records
+        source.on_bytes_out(want.topic, sum(len(r) for r in records))
+    out_topics = [(name, topic_id, [w.result for w in parts]) for name, topic_id, parts in wants]
+    return encode_fetch_response(version, correlation_id, out_topics, session_id=0)
