@@ -16,10 +16,16 @@ install: $(BIN)/python
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,bench]'
 
+APT_PACKAGES := kcat nfs-ganesha nfs-ganesha-vfs
+
+# Installs only the Debian packages that are missing (kcat; ganesha for the nfs:// WAL tests).
 apt-deps:
-	@command -v kcat >/dev/null 2>&1 || { \
-	  echo "installing Debian packages: kcat"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; }
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
 up: install
 	$(BIN)/zonefleet up $(UP_ARGS)
