@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import secrets
 import signal
 import sys
 import warnings
@@ -11,9 +13,18 @@ from pathlib import Path
 
 import trio
 
-from fleet.config import ConfigError, FleetConfig, load_fleet_config, local_fleet_toml
+from fleet.config import (
+    ConfigError,
+    FleetConfig,
+    MainBrokerNode,
+    ProxyNode,
+    load_fleet_config,
+    local_fleet_toml,
+    local_zones_fleet_toml,
+)
 from fleet.logs import configure_logging
-from fleet.node import run_main_broker_node
+from fleet.node import run_main_broker_node, run_proxy_node
+from fleet.status_cli import add_status_parser, run_status_command
 from fleet.topics_cli import add_topics_parser, run_topics_command
 
 log = logging.getLogger("zonefleet.fleet")
@@ -28,24 +39,54 @@ def _build_parser() -> argparse.ArgumentParser:
     main.add_argument("--node-id", type=int, default=None, help="which [[main_brokers]] entry")
     main.add_argument("--log-format", choices=["text", "json"], default=None)
 
-    up = sub.add_parser("up", help="start the local fleet (one main broker for now)")
+    proxy = sub.add_parser("proxy", help="run one zone proxy from a fleet config")
+    proxy.add_argument("--config", required=True, help="fleet TOML file")
+    proxy.add_argument("--node-id", type=int, default=None, help="which [[proxies]] entry")
+    proxy.add_argument("--log-format", choices=["text", "json"], default=None)
+
+    up = sub.add_parser(
+        "up",
+        help="start a local fleet in one process",
+        description="Start a local fleet. Without --zones: one main broker on --base-port "
+        "(admin +1). With --zones N: one main broker in az1 (kafka +0, admin +1, internal RPC "
+        "+2) and a proxy in each zone azK (node 100+K, kafka +10*K, admin +10*K+1), all on "
+        "<data-dir>/wal.",
+    )
     up.add_argument("--data-dir", default="data", help="where the WAL and config live")
     up.add_argument("--base-port", type=int, default=19092, help="first port of the fleet")
-    up.add_argument("--config", default=None, help="use this fleet TOML instead of a generated one")
+    which = up.add_mutually_exclusive_group()
+    which.add_argument(
+        "--config", default=None, help="use this fleet TOML instead of a generated one"
+    )
+    which.add_argument(
+        "--zones", type=int, default=None, help="zones az1..azN, each with a zone proxy"
+    )
     up.add_argument("--log-format", choices=["text", "json"], default=None)
 
     add_topics_parser(sub)
+    add_status_parser(sub)
     return parser
 
 
-async def _serve_fleet(config: FleetConfig, node_ids: list[int] | None, announce: bool) -> None:
-    nodes = config.mains if node_ids is None else [config.main(n) for n in node_ids]
+async def _serve_fleet(
+    mains: list[MainBrokerNode], proxies: list[ProxyNode], announce: bool
+) -> None:
+    """Run the given nodes until SIGINT/SIGTERM; announce each zone's bootstrap when asked.
+
+    Clients bootstrap from their zone's proxy, so with proxies only they are announced.
+    """
     async with trio.open_nursery() as nursery:
-        for node in nodes:
+        for node in mains:
             broker = await nursery.start(run_main_broker_node, node)
-            if announce:
+            if announce and not proxies:
                 host, port = broker.config.advertised
                 print(f"zone={node.broker.zone} bootstrap={host}:{port}", flush=True)
+        # Mains first: a proxy syncs its mirror from the mains' internal RPC as it starts.
+        for pnode in proxies:
+            proxy = await nursery.start(run_proxy_node, pnode)
+            if announce:
+                host, port = proxy.config.advertised
+                print(f"zone={pnode.proxy.zone} bootstrap={host}:{port}", flush=True)
         if announce:
             print("ready", flush=True)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -60,6 +101,24 @@ def _configure_logs(config: FleetConfig, override: str | None, node: str) -> Non
     configure_logging(config.log_level, "json" if fmt == "json" else "text", node)
 
 
+def _up_config(args: argparse.Namespace) -> FleetConfig:
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if args.config:
+        return load_fleet_config(args.config)
+    path = data_dir / "fleet.toml"
+    if args.zones is None:
+        text = local_fleet_toml(data_dir, args.base_port)
+    else:
+        text = local_zones_fleet_toml(data_dir, args.base_port, args.zones, secrets.token_hex(32))
+    # The file may hold the internal secret: readable by its owner only.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to a file left by an earlier run
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return load_fleet_config(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
     args = _build_parser().parse_args(argv)
@@ -68,22 +127,23 @@ def main(argv: list[str] | None = None) -> int:
             config = load_fleet_config(args.config)
             node = config.main(args.node_id)
             _configure_logs(config, args.log_format, f"main-{node.broker.node_id}")
-            trio.run(_serve_fleet, config, [node.broker.node_id], False)
+            trio.run(_serve_fleet, [node], [], False)
+            return 0
+        if args.command == "proxy":
+            config = load_fleet_config(args.config)
+            pnode = config.proxy(args.node_id)
+            _configure_logs(config, args.log_format, f"proxy-{pnode.proxy.node_id}")
+            trio.run(_serve_fleet, [], [pnode], False)
             return 0
         if args.command == "up":
-            data_dir = Path(args.data_dir).resolve()
-            data_dir.mkdir(parents=True, exist_ok=True)
-            if args.config:
-                config = load_fleet_config(args.config)
-            else:
-                path = data_dir / "fleet.toml"
-                path.write_text(local_fleet_toml(data_dir, args.base_port))
-                config = load_fleet_config(path)
+            config = _up_config(args)
             _configure_logs(config, args.log_format, "fleet")
-            trio.run(_serve_fleet, config, None, True)
+            trio.run(_serve_fleet, config.mains, config.proxies, True)
             return 0
         if args.command == "topics":
             return run_topics_command(args)
+        if args.command == "status":
+            return run_status_command(args)
     except ConfigError as exc:
         print(f"zonefleet: configuration error: {exc}", file=sys.stderr)
         return 2

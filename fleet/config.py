@@ -6,10 +6,17 @@ cluster_id = "zonefleet-local"
 data_dir = "data"                 # relative paths are relative to this file
 log_format = "text"               # or "json"
 log_level = "INFO"
+imds_url = "http://169.254.169.254"   # where nodes with zone = "auto" ask for their zone
 
 [[zones]]
 name = "us-east-1a"
 az_id = "use1-az1"
+
+[internal]                        # shared secret of the internal RPC (mains <-> proxies)
+secret = "..."                    # or: secret_file = "secret.txt"
+
+[cidrs]                           # client networks -> zone (or [[cidrs]] cidr = ..., zone = ...)
+"10.0.0.0/20" = "us-east-1a"
 
 [wal]
 url = "osfs://data/wal"           # osfs:// path or mem:// (tests)
@@ -19,10 +26,11 @@ retention_ms = 604800000
 
 [[main_brokers]]
 node_id = 1
-zone = "us-east-1a"
+zone = "us-east-1a"               # a zone name or AZ id; "auto" or absent: ask EC2 IMDSv2
 host = "127.0.0.1"
 port = 19092
 admin_port = 19093
+rpc_port = 19094                  # internal RPC; required when the fleet has proxies
 auto_create_topics = true
 num_partitions = 1
 wal_cache_bytes = 268435456
@@ -30,20 +38,38 @@ group_initial_rebalance_delay_ms = 300
 
 [main_brokers.topic_defaults]     # broker-level defaults of topic configs
 "retention.ms" = "604800000"
+
+[[proxies]]                       # one per zone
+node_id = 101
+zone = "us-east-1a"
+host = "127.0.0.1"
+port = 19102
+admin_port = 19103
 ```
 """
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fleet.zone_discovery import DEFAULT_IMDS_URL, discover_zone_blocking
+from kafka_wire.rpc_auth import MIN_SECRET_BYTES
 from main_broker.config import BrokerConfig
 from main_broker.group_coordinator import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs
+from proxy_broker.config import MainEndpoint, ProxyConfig, ProxyEndpoint
 from shared_wal import WalConfig
+
+AUTO_ZONE = "auto"
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+# Looks up this host's zone from IMDS at the given base URL: (zone name, AZ id) or None.
+ZoneDiscovery = Callable[[str], tuple[str, str | None] | None]
 
 
 class ConfigError(ValueError):
@@ -64,11 +90,32 @@ class MainBrokerNode:
 
 
 @dataclass
+class ProxyNode:
+    proxy: ProxyConfig
+    admin_host: str
+    admin_port: int
+
+
+@dataclass(frozen=True)
+class FleetNode:
+    """What `zonefleet status` needs to know of any node."""
+
+    node_id: int
+    role: str  # "main" or "proxy"
+    zone: str
+    admin_host: str
+    admin_port: int
+
+
+@dataclass
 class FleetConfig:
     cluster_id: str
     data_dir: Path
     zones: list[ZoneConfig]
     mains: list[MainBrokerNode]
+    proxies: list[ProxyNode] = field(default_factory=list)
+    cidrs: dict[str, str] = field(default_factory=dict)  # network -> zone name
+    internal_secret: bytes | None = None
     log_format: str = "text"
     log_level: str = "INFO"
     source: Path | None = field(default=None)
@@ -82,6 +129,27 @@ class FleetConfig:
             if node.broker.node_id == node_id:
                 return node
         raise ConfigError(f"no main broker with node_id {node_id} in the config")
+
+    def proxy(self, node_id: int | None) -> ProxyNode:
+        if node_id is None:
+            if not self.proxies:
+                raise ConfigError("the config defines no [[proxies]]")
+            return self.proxies[0]
+        for node in self.proxies:
+            if node.proxy.node_id == node_id:
+                return node
+        raise ConfigError(f"no proxy with node_id {node_id} in the config")
+
+    def nodes(self) -> list[FleetNode]:
+        out = [
+            FleetNode(m.broker.node_id, "main", m.broker.zone, m.admin_host, m.admin_port)
+            for m in self.mains
+        ]
+        out += [
+            FleetNode(p.proxy.node_id, "proxy", p.proxy.zone, p.admin_host, p.admin_port)
+            for p in self.proxies
+        ]
+        return out
 
 
 def _resolve_url(url: str, base: Path) -> str:
@@ -99,83 +167,325 @@ def _opt_int(value: Any) -> int | None:
     return int(value)
 
 
+class _Zones:
+    """Zone names as the config spells them (name or AZ id), mapped to the [[zones]] names."""
+
+    def __init__(
+        self, zones: list[ZoneConfig], discover: ZoneDiscovery | None, imds_url: str
+    ) -> None:
+        self.zones = zones
+        self._discover = discover
+        self._imds_url = imds_url
+        self._local: str | None = None
+
+    def _match(self, value: str) -> str | None:
+        for zone in self.zones:
+            if value in (zone.name, zone.az_id):
+                return zone.name
+        return None
+
+    def canonical(self, value: str, what: str) -> str:
+        if not self.zones:
+            return value
+        name = self._match(value)
+        if name is None:
+            known = ", ".join(z.name for z in self.zones)
+            raise ConfigError(f"{what} names unknown zone {value!r} (the [[zones]] are {known})")
+        return name
+
+    def of_node(self, raw: dict[str, Any], what: str) -> str:
+        value = raw.get("zone")
+        if value is None or str(value) == AUTO_ZONE:
+            return self._local_zone(what)
+        return self.canonical(str(value), what)
+
+    def _local_zone(self, what: str) -> str:
+        if self._discover is None:
+            return AUTO_ZONE  # left unresolved on purpose (e.g. `zonefleet status`)
+        if self._local is not None:
+            return self._local
+        found = self._discover(self._imds_url)
+        if found is None:
+            raise ConfigError(
+                f"{what} has no zone and none could be discovered: no EC2 instance metadata "
+                f'(IMDSv2) answered at {self._imds_url}; set zone = "..." in its entry'
+            )
+        name, az_id = found
+        if not self.zones:
+            self.zones.append(ZoneConfig(name, az_id))
+            self._local = name
+            return name
+        match = self._match(name) or (self._match(az_id) if az_id else None)
+        if match is None:
+            known = ", ".join(z.name for z in self.zones)
+            raise ConfigError(
+                f"{what}: this host is in zone {name!r} (AZ id {az_id}), "
+                f"which is not one of the [[zones]] ({known})"
+            )
+        self._local = match
+        return match
+
+
+def _internal_secret(doc: dict[str, Any], base_dir: Path) -> bytes | None:
+    internal = doc.get("internal", {})
+    secret, secret_file = internal.get("secret"), internal.get("secret_file")
+    if secret is not None and secret_file is not None:
+        raise ConfigError("[internal] takes secret or secret_file, not both")
+    if secret_file is not None:
+        path = Path(str(secret_file))
+        if not path.is_absolute():
+            path = base_dir / path
+        try:
+            secret = path.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read [internal] secret_file {path}: {exc}") from None
+    if secret is None:
+        return None
+    value = str(secret).encode()
+    if len(value) < MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"the [internal] secret is too short ({len(value)} bytes; at least "
+            f"{MIN_SECRET_BYTES}, e.g. python -c 'import secrets; print(secrets.token_hex(32))')"
+        )
+    return value
+
+
+def _cidrs(doc: dict[str, Any], zones: _Zones) -> dict[str, str]:
+    raw = doc.get("cidrs", {})
+    if isinstance(raw, dict):
+        pairs = [(str(k), str(v)) for k, v in raw.items()]
+    else:
+        try:
+            pairs = [(str(e["cidr"]), str(e["zone"])) for e in raw]
+        except (KeyError, TypeError):
+            raise ConfigError("each [[cidrs]] entry needs cidr and zone") from None
+    out: dict[str, str] = {}
+    for cidr, zone in pairs:
+        try:
+            network = str(ipaddress.ip_network(cidr, strict=False))
+        except ValueError:
+            raise ConfigError(f"cidrs: {cidr!r} is not a CIDR block") from None
+        if network in out:
+            raise ConfigError(f"cidrs: {network} is listed twice")
+        out[network] = zones.canonical(zone, f"cidr {network}")
+    return out
+
+
+def _node_id(raw: dict[str, Any], section: str) -> int:
+    try:
+        return int(raw["node_id"])
+    except KeyError:
+        raise ConfigError(f"[[{section}]] entry is missing node_id") from None
+
+
+def _parse_main(
+    raw: dict[str, Any],
+    zones: _Zones,
+    cluster_id: str,
+    wal_url: str,
+    wal: WalConfig,
+    secret: bytes | None,
+) -> MainBrokerNode:
+    node_id = _node_id(raw, "main_brokers")
+    zone = zones.of_node(raw, f"main broker {node_id}")
+    try:
+        topic_defaults = validate_topic_configs(
+            {str(k): str(v) for k, v in raw.get("topic_defaults", {}).items()}
+        )
+    except InvalidConfig as exc:
+        raise ConfigError(f"main broker {node_id} topic_defaults: {exc}") from None
+    rpc_port = raw.get("rpc_port")
+    if rpc_port is not None and secret is None:
+        raise ConfigError(
+            f"main broker {node_id} has an rpc_port but the config has no [internal] secret"
+        )
+    broker = BrokerConfig(
+        node_id=node_id,
+        zone=zone,
+        host=str(raw.get("host", "127.0.0.1")),
+        port=int(raw.get("port", 9092)),
+        advertised_host=raw.get("advertised_host"),
+        advertised_port=raw.get("advertised_port"),
+        rpc_port=None if rpc_port is None else int(rpc_port),
+        rpc_secret=secret if rpc_port is not None else None,
+        auto_create_topics=bool(raw.get("auto_create_topics", True)),
+        num_partitions=int(raw.get("num_partitions", 1)),
+        max_request_bytes=int(raw.get("max_request_bytes", 100 * 1024 * 1024)),
+        wal_cache_bytes=int(raw.get("wal_cache_bytes", 256 * 1024 * 1024)),
+        topic_defaults=topic_defaults,
+        groups=GroupConfig(
+            group_initial_rebalance_delay_ms=int(raw.get("group_initial_rebalance_delay_ms", 300)),
+        ),
+        cluster_id=cluster_id,
+        wal_url=wal_url,
+        wal=replace(wal),  # each node its own copy: nodes may share one process
+    )
+    return MainBrokerNode(
+        broker,
+        str(raw.get("admin_host", broker.host)),
+        int(raw.get("admin_port", broker.port + 1)),
+    )
+
+
+def _main_endpoint(node: MainBrokerNode) -> MainEndpoint:
+    cfg = node.broker
+    if not cfg.rpc_port:
+        raise ConfigError(
+            f"the fleet has proxies, so main broker {cfg.node_id} needs a fixed rpc_port"
+        )
+    host, port = cfg.advertised
+    return MainEndpoint(cfg.node_id, cfg.zone, host, port, cfg.rpc_port)
+
+
+def _parse_proxies(
+    raws: list[dict[str, Any]],
+    zones: _Zones,
+    mains: list[MainBrokerNode],
+    secret: bytes | None,
+    wal_url: str,
+    wal: WalConfig,
+) -> list[ProxyNode]:
+    if not raws:
+        return []
+    if secret is None:
+        raise ConfigError(
+            "the fleet has [[proxies]] but no [internal] secret (secret or secret_file): "
+            "proxies and mains authenticate to each other with it"
+        )
+    if not mains:
+        raise ConfigError("the fleet has [[proxies]] but no [[main_brokers]] to confirm to")
+    endpoints = [_main_endpoint(m) for m in mains]
+    zone_map = {z.name: z.az_id for z in zones.zones}
+    nodes: list[ProxyNode] = []
+    for raw in raws:
+        node_id = _node_id(raw, "proxies")
+        zone = zones.of_node(raw, f"proxy {node_id}")
+        cfg = ProxyConfig(
+            node_id=node_id,
+            zone=zone,
+            wal_url=wal_url,
+            rpc_secret=secret,
+            mains=list(endpoints),
+            host=str(raw.get("host", "127.0.0.1")),
+            port=int(raw.get("port", 9092)),
+            advertised_host=raw.get("advertised_host"),
+            advertised_port=raw.get("advertised_port"),
+            zones=dict(zone_map),
+            max_request_bytes=int(raw.get("max_request_bytes", 100 * 1024 * 1024)),
+            mirror_cache_bytes=int(raw.get("mirror_cache_bytes", 256 * 1024 * 1024)),
+            confirm_timeout_s=float(raw.get("confirm_timeout_s", 10.0)),
+            wal=replace(wal),
+        )
+        nodes.append(
+            ProxyNode(
+                cfg, str(raw.get("admin_host", cfg.host)), int(raw.get("admin_port", cfg.port + 1))
+            )
+        )
+    seen_zones: dict[str, int] = {}
+    for node in nodes:
+        cfg = node.proxy
+        if cfg.zone != AUTO_ZONE and cfg.zone in seen_zones:
+            raise ConfigError(
+                f"proxies {seen_zones[cfg.zone]} and {cfg.node_id} are both in zone "
+                f"{cfg.zone!r}: one proxy per zone"
+            )
+        seen_zones[cfg.zone] = cfg.node_id
+        cfg.peers = [
+            ProxyEndpoint(p.node_id, p.zone, *p.advertised)
+            for p in (other.proxy for other in nodes)
+            if p.node_id != cfg.node_id
+        ]
+    return nodes
+
+
+def _check_unique(mains: list[MainBrokerNode], proxies: list[ProxyNode]) -> None:
+    ports: list[tuple[str, int, str]] = []
+    for m in mains:
+        b = m.broker
+        ports += [(b.host, b.port, f"main broker {b.node_id} port")]
+        ports += [(m.admin_host, m.admin_port, f"main broker {b.node_id} admin_port")]
+        if b.rpc_port:
+            ports += [(b.host, b.rpc_port, f"main broker {b.node_id} rpc_port")]
+    seen: set[int] = set()
+    for node_id in [m.broker.node_id for m in mains] + [p.proxy.node_id for p in proxies]:
+        if node_id in seen:
+            raise ConfigError(f"node_id {node_id} is used by more than one node")
+        seen.add(node_id)
+    for p in proxies:
+        c = p.proxy
+        ports += [(c.host, c.port, f"proxy {c.node_id} port")]
+        ports += [(p.admin_host, p.admin_port, f"proxy {c.node_id} admin_port")]
+    for i, (host, port, what) in enumerate(ports):
+        if port == 0:
+            continue  # an ephemeral port never clashes
+        for other_host, other_port, other in ports[:i]:
+            same_host = host == other_host or bool(WILDCARD_HOSTS & {host, other_host})
+            if port == other_port and same_host:
+                raise ConfigError(f"{what} and {other} are both {host}:{port}")
+
+
 def parse_fleet_config(
-    doc: dict[str, Any], base_dir: Path, source: Path | None = None
+    doc: dict[str, Any],
+    base_dir: Path,
+    source: Path | None = None,
+    *,
+    discover: ZoneDiscovery | None = discover_zone_blocking,
 ) -> FleetConfig:
+    """Parse a fleet TOML document.
+
+    Nodes without a zone (or `zone = "auto"`) get this host's zone from `discover`, called at
+    most once with `[fleet] imds_url`; with discover=None their zone stays "auto".
+    """
     fleet = doc.get("fleet", {})
     cluster_id = str(fleet.get("cluster_id", "zonefleet-local"))
     data_dir = Path(fleet.get("data_dir", "data"))
     if not data_dir.is_absolute():
         data_dir = base_dir / data_dir
-    zones = [ZoneConfig(str(z["name"]), z.get("az_id")) for z in doc.get("zones", [])]
-    zone_names = {z.name for z in zones}
+    try:
+        declared = [ZoneConfig(str(z["name"]), z.get("az_id")) for z in doc.get("zones", [])]
+    except KeyError:
+        raise ConfigError("each [[zones]] entry needs a name") from None
+    zones = _Zones(declared, discover, str(fleet.get("imds_url", DEFAULT_IMDS_URL)))
+    secret = _internal_secret(doc, base_dir)
+    cidrs = _cidrs(doc, zones)
     wal = doc.get("wal", {})
     wal_url = _resolve_url(str(wal.get("url", f"osfs://{data_dir / 'wal'}")), base_dir)
-    mains = []
-    for raw in doc.get("main_brokers", []):
-        try:
-            node_id = int(raw["node_id"])
-            zone = str(raw["zone"])
-        except KeyError as exc:
-            raise ConfigError(f"[[main_brokers]] entry is missing {exc.args[0]}") from None
-        if zone_names and zone not in zone_names:
-            raise ConfigError(f"main broker {node_id} names unknown zone {zone!r}")
-        try:
-            topic_defaults = validate_topic_configs(
-                {str(k): str(v) for k, v in raw.get("topic_defaults", {}).items()}
-            )
-        except InvalidConfig as exc:
-            raise ConfigError(f"main broker {node_id} topic_defaults: {exc}") from None
-        broker = BrokerConfig(
-            node_id=node_id,
-            zone=zone,
-            wal_url=wal_url,
-            host=str(raw.get("host", "127.0.0.1")),
-            port=int(raw.get("port", 9092)),
-            advertised_host=raw.get("advertised_host"),
-            advertised_port=raw.get("advertised_port"),
-            cluster_id=cluster_id,
-            auto_create_topics=bool(raw.get("auto_create_topics", True)),
-            num_partitions=int(raw.get("num_partitions", 1)),
-            max_request_bytes=int(raw.get("max_request_bytes", 100 * 1024 * 1024)),
-            wal_cache_bytes=int(raw.get("wal_cache_bytes", 256 * 1024 * 1024)),
-            topic_defaults=topic_defaults,
-            wal=WalConfig(
-                segment_bytes=int(wal.get("segment_bytes", 64 * 1024 * 1024)),
-                retention_bytes=_opt_int(wal.get("retention_bytes", -1)),
-                retention_ms=_opt_int(wal.get("retention_ms", 7 * 24 * 3600 * 1000)),
-            ),
-            groups=GroupConfig(
-                group_initial_rebalance_delay_ms=int(
-                    raw.get("group_initial_rebalance_delay_ms", 300)
-                ),
-            ),
-        )
-        mains.append(
-            MainBrokerNode(
-                broker,
-                str(raw.get("admin_host", broker.host)),
-                int(raw.get("admin_port", broker.port + 1)),
-            )
-        )
+    wal_config = WalConfig(
+        segment_bytes=int(wal.get("segment_bytes", 64 * 1024 * 1024)),
+        retention_bytes=_opt_int(wal.get("retention_bytes", -1)),
+        retention_ms=_opt_int(wal.get("retention_ms", 7 * 24 * 3600 * 1000)),
+    )
+    mains = [
+        _parse_main(raw, zones, cluster_id, wal_url, wal_config, secret)
+        for raw in doc.get("main_brokers", [])
+    ]
+    proxies = _parse_proxies(
+        list(doc.get("proxies", [])), zones, mains, secret, wal_url, wal_config
+    )
+    _check_unique(mains, proxies)
     return FleetConfig(
         cluster_id=cluster_id,
         data_dir=data_dir,
-        zones=zones or [ZoneConfig(m.broker.zone) for m in mains],
+        zones=zones.zones or [ZoneConfig(m.broker.zone) for m in mains],
         mains=mains,
+        proxies=proxies,
+        cidrs=cidrs,
+        internal_secret=secret,
         log_format=str(fleet.get("log_format", "text")),
         log_level=str(fleet.get("log_level", "INFO")),
         source=source,
     )
 
 
-def load_fleet_config(path: str | Path) -> FleetConfig:
+def load_fleet_config(
+    path: str | Path, *, discover: ZoneDiscovery | None = discover_zone_blocking
+) -> FleetConfig:
     path = Path(path)
     try:
         doc = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
-    return parse_fleet_config(doc, path.resolve().parent, path)
+    return parse_fleet_config(doc, path.resolve().parent, path, discover=discover)
 
 
 def local_fleet_toml(data_dir: Path, base_port: int, zone: str = "us-east-1a") -> str:
@@ -199,3 +509,58 @@ host = "127.0.0.1"
 port = {base_port}
 admin_port = {base_port + 1}
 """
+
+
+# Port layout of `zonefleet up --zones N`, as offsets from --base-port.
+MAIN_KAFKA_OFFSET, MAIN_ADMIN_OFFSET, MAIN_RPC_OFFSET = 0, 1, 2
+PROXY_PORT_STRIDE = 10  # proxy K (1-based): kafka base+10*K, admin base+10*K+1
+PROXY_NODE_ID_BASE = 100  # proxy K is node 100+K
+
+
+def local_zones_fleet_toml(data_dir: Path, base_port: int, zones: int, secret: str) -> str:
+    """The fleet of `zonefleet up --zones N`: one main in az1 and one proxy in each of az1..azN.
+
+    Ports, from base: main kafka +0, admin +1, internal RPC +2; proxy K kafka +10*K, admin
+    +10*K+1. So the fleet uses base .. base+10*N+1.
+    """
+    if zones < 1:
+        raise ConfigError("--zones must be at least 1")
+    parts = [
+        f"""\
+[fleet]
+cluster_id = "zonefleet-local"
+data_dir = "{data_dir}"
+
+[internal]
+secret = "{secret}"
+
+[wal]
+url = "osfs://{data_dir / "wal"}"
+"""
+    ]
+    for k in range(1, zones + 1):
+        parts.append(f'[[zones]]\nname = "az{k}"\naz_id = "use1-az{k}"\n')
+    parts.append(
+        f"""\
+[[main_brokers]]
+node_id = 1
+zone = "az1"
+host = "127.0.0.1"
+port = {base_port + MAIN_KAFKA_OFFSET}
+admin_port = {base_port + MAIN_ADMIN_OFFSET}
+rpc_port = {base_port + MAIN_RPC_OFFSET}
+"""
+    )
+    for k in range(1, zones + 1):
+        port = base_port + PROXY_PORT_STRIDE * k
+        parts.append(
+            f"""\
+[[proxies]]
+node_id = {PROXY_NODE_ID_BASE + k}
+zone = "az{k}"
+host = "127.0.0.1"
+port = {port}
+admin_port = {port + 1}
+"""
+        )
+    return "\n".join(parts)
