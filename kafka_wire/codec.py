@@ -6,6 +6,7 @@ kio entities into response bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import struct
@@ -47,6 +48,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "entity_to_data",
     "parse_request_header",
     "request_is_flexible",
     "strip_unknown_tags",
@@ -264,6 +266,18 @@ def build_response(api_key: int, api_version: int, data: Mapping[str, Any]) -> A
     if cls is None:
         raise UnsupportedApi(f"no response schema for api {api_key} v{api_version}")
     return build_entity(cls, data)
+
+
+def entity_to_data(entity: Any) -> Any:
+    """A decoded kio entity as plain dicts and lists, the form `build_response` takes back.
+
+    Lets a relay rewrite a response (zone routing) without knowing its version's classes.
+    """
+    if dataclasses.is_dataclass(entity) and not isinstance(entity, type):
+        return {f.name: entity_to_data(getattr(entity, f.name)) for f in dataclasses.fields(entity)}
+    if isinstance(entity, tuple | list):
+        return [entity_to_data(item) for item in entity]
+    return entity
 
 
 def build_request(api_key: int, api_version: int, data: Mapping[str, Any]) -> Any:

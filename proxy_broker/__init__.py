@@ -1,4 +1,5 @@
-"""Zone proxy broker: poses as the leader of remote partitions to clients in its
-zone, writes payloads to the shared WAL and confirms them with the owning main broker.
-(Arrives with the proxy issue.)
+"""Zone proxy broker: poses as the leader of remote partitions to clients in its zone. It
+prepares Produce payloads in the shared WAL and confirms them with the owning main, mirrors
+each main's state and WAL to serve Fetch locally, and relays everything else with zone-aware
+rewrites.
 """

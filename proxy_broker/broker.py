@@ -1,0 +1,301 @@
+"""The zone proxy process: one per AZ, the only broker its zone's clients talk to.
+
+Produce: prepared in the shared WAL, confirmed with the owning main. Fetch: served from the
+mirror of each main. Metadata, FindCoordinator and DescribeCluster: relayed to a main and
+rewritten by the zone router so clients see only their zone. Everything else: relayed as is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import trio
+
+from kafka_wire.codec import (
+    RequestHeader,
+    build_response,
+    decode_request,
+    decode_response,
+    encode_response,
+    entity_to_data,
+)
+from kafka_wire.fetch_serving import serve_fetch
+from kafka_wire.rpc import RpcClient, RpcError
+from kafka_wire.server_loop import (
+    Buffer,
+    CloseConnection,
+    ConnectionInfo,
+    Finish,
+    serve_connection,
+)
+from proxy_broker.config import ProxyConfig
+from proxy_broker.confirm_pipe import ConfirmPipe
+from proxy_broker.mirror import MainMirror, MirrorCache, MirrorPartition, MirrorTopic
+from proxy_broker.produce import begin_produce
+from shared_wal import WalPosition, WalWriter, open_wal_fs
+from shared_wal.batch_reader import BatchReader
+from telemetry import BrokerMetrics, MetricsRegistry
+from zone_router import (
+    Node,
+    Topology,
+    Zone,
+    ZoneMap,
+    rewrite_describe_cluster,
+    rewrite_find_coordinator,
+    rewrite_metadata,
+)
+
+log = logging.getLogger("zonefleet.proxy")
+
+API_PRODUCE, API_FETCH, API_METADATA = 0, 1, 3
+API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER = 10, 60
+REWRITTEN = {API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER}
+RELAY_TIMEOUT_S = 60.0  # JoinGroup may legitimately wait for a whole rebalance
+MAX_REMEMBERED_PREPARED = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    header: RequestHeader
+    conn: ConnectionInfo
+
+
+class ProxyBroker:
+    def __init__(self, config: ProxyConfig, registry: MetricsRegistry | None = None) -> None:
+        self.config = config
+        self.registry = registry or MetricsRegistry()
+        self.metrics = BrokerMetrics.create(self.registry)
+        self.ready = False
+        self.bound_port: int | None = None
+        self.started_at = time.time()
+        self.data_arrived = trio.Event()
+        self.rpcs = {
+            m.node_id: RpcClient(config.node_id, config.rpc_secret, m.host, m.rpc_port)
+            for m in config.mains
+        }
+        self.pipes = {
+            node: ConfirmPipe(rpc, node, config.confirm_timeout_s)
+            for node, rpc in self.rpcs.items()
+        }
+        self.mirrors: dict[int, MainMirror] = {}
+        self._prepared: OrderedDict[tuple[int, int], memoryview] = OrderedDict()
+        self.topology = self._topology()
+        self.wal: WalWriter
+        self.batches: BatchReader
+        self.background: trio.Nursery
+
+    def _topology(self) -> Topology:
+        cfg = self.config
+        zones = dict(cfg.zones) or {}
+        for zone in [m.zone for m in cfg.mains] + [p.zone for p in cfg.peers]:
+            zones.setdefault(zone, None)
+        zones.setdefault(cfg.zone, None)
+        host, port = cfg.advertised
+        nodes = [Node(m.node_id, m.zone, "main", m.host, m.kafka_port) for m in cfg.mains]
+        nodes.append(Node(cfg.node_id, cfg.zone, "proxy", host, port))
+        nodes += [Node(p.node_id, p.zone, "proxy", p.host, p.kafka_port) for p in cfg.peers]
+        return Topology(ZoneMap(Zone(name, az) for name, az in zones.items()), nodes)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        fs = open_wal_fs(cfg.wal_url)
+        self.wal = await WalWriter.open(fs, cfg.writer_id, cfg.wal)
+        self.batches = BatchReader(fs)
+        cache = MirrorCache(cfg.mirror_cache_bytes)
+        for main in cfg.mains:
+            self.mirrors[main.node_id] = MainMirror(
+                main,
+                self.rpcs[main.node_id],
+                self.batches,
+                cache,
+                cfg.writer_id,
+                self.take_prepared,
+                self._notify_data,
+            )
+        try:
+            async with trio.open_nursery() as nursery:
+                self.background = nursery
+                await nursery.start(self.wal.run)
+                for node, mirror in self.mirrors.items():
+                    nursery.start_soon(mirror.run)
+                    nursery.start_soon(self.pipes[node].run)
+                listeners = await nursery.start(
+                    partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
+                )
+                self.bound_port = listeners[0].socket.getsockname()[1]
+                if cfg.advertised_port is None:
+                    cfg.advertised_port = self.bound_port
+                    self.topology = self._topology()
+                with trio.move_on_after(10):
+                    for mirror in self.mirrors.values():
+                        await mirror.synced.wait()
+                self.ready = True
+                log.info(
+                    "proxy %d serving zone %s on %s:%d",
+                    cfg.node_id,
+                    cfg.zone,
+                    cfg.host,
+                    self.bound_port,
+                    extra={"node": cfg.node_id},
+                )
+                task_status.started(self.bound_port)
+        finally:
+            self.ready = False
+            with trio.CancelScope(shield=True):
+                await self.wal.aclose()
+                for rpc in self.rpcs.values():
+                    await rpc.aclose()
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        self.metrics.connections.inc()
+        try:
+            await serve_connection(
+                stream,
+                self,
+                max_frame_bytes=self.config.max_request_bytes,
+                max_in_flight=self.config.max_in_flight_per_connection,
+            )
+        finally:
+            self.metrics.connections.dec()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "role": "proxy",
+            "node_id": self.config.node_id,
+            "zone": self.config.zone,
+            "ready": self.ready,
+            "mains": {node: m.connected for node, m in self.mirrors.items()},
+            "partitions": sum(
+                len(t.partitions) for m in self.mirrors.values() for t in m.topics.values()
+            ),
+            "uptime_s": round(time.time() - self.started_at, 1),
+        }
+
+    def health(self) -> tuple[bool, str]:
+        if not self.ready:
+            return False, "starting"
+        down = [node for node, m in self.mirrors.items() if not m.connected]
+        if down:
+            return False, f"no state stream from mains {down}"
+        return True, "ok"
+
+    # -- mirror plumbing -----------------------------------------------------------------------
+
+    def owner_of(self, topic: str, partition: int) -> int | None:
+        for node, mirror in self.mirrors.items():
+            mt = mirror.topics.get(topic)
+            if mt is not None and 0 <= partition < len(mt.partitions):
+                return node
+        return None
+
+    def remember_prepared(self, position: WalPosition, payload: memoryview) -> None:
+        self._prepared[(position.segment, position.position)] = payload
+        while len(self._prepared) > MAX_REMEMBERED_PREPARED:
+            self._prepared.popitem(last=False)
+
+    def take_prepared(self, segment: int, position: int) -> memoryview | None:
+        """The payload we prepared at that WAL position: a writable view of the request frame."""
+        return self._prepared.pop((segment, position), None)
+
+    def _notify_data(self) -> None:
+        self.data_arrived.set()
+        self.data_arrived = trio.Event()
+
+    # -- FetchSource -------------------------------------------------------------------------
+
+    def topic_by_name(self, name: str) -> MirrorTopic | None:
+        for mirror in self.mirrors.values():
+            topic = mirror.topics.get(name)
+            if topic is not None:
+                return topic
+        return None
+
+    def topic_by_id(self, topic_id: bytes) -> MirrorTopic | None:
+        for mirror in self.mirrors.values():
+            for topic in mirror.topics.values():
+                if topic.topic_id == topic_id:
+                    return topic
+        return None
+
+    async def batch_bytes(self, entry: Any) -> Buffer:
+        return await self.batches.batch_bytes(entry)
+
+    def on_bytes_out(self, topic: str, nbytes: int) -> None:
+        self.metrics.bytes_out.labels(topic).inc(nbytes)
+
+    def partition(self, topic: str, partition: int) -> MirrorPartition | None:
+        mt = self.topic_by_name(topic)
+        if mt is None or not 0 <= partition < len(mt.partitions):
+            return None
+        return mt.partitions[partition]
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def begin(self, header: RequestHeader, frame: bytearray, conn: ConnectionInfo) -> Finish:
+        ctx = RequestContext(header, conn)
+        key = header.api_key
+        name = f"api{key}"
+        self.metrics.requests.labels(name).inc()
+        if key == API_PRODUCE:
+            return begin_produce(self, ctx, frame)
+        if key == API_FETCH:
+            request = decode_request(header, frame)
+
+            async def fetch() -> Sequence[Buffer]:
+                return await serve_fetch(self, header.api_version, header.correlation_id, request)
+
+            return fetch
+
+        async def relay() -> Sequence[Buffer] | None:
+            return await self._relay(ctx, bytes(frame))
+
+        return relay
+
+    def _relay_target(self) -> int:
+        for node, mirror in sorted(self.mirrors.items()):
+            if mirror.connected:
+                return node
+        return min(self.mirrors)
+
+    async def _relay(self, ctx: RequestContext, frame: bytes) -> Sequence[Buffer] | None:
+        header = ctx.header
+        target = self._relay_target()
+        try:
+            result = await self.rpcs[target].call(
+                "relay",
+                {"frame": frame, "host": ctx.conn.peer_host},
+                timeout=RELAY_TIMEOUT_S,
+                retries=1,
+                idempotent=header.api_key != API_PRODUCE,
+            )
+        except RpcError as exc:
+            raise CloseConnection(
+                f"relay of api {header.api_key} to main {target} failed: {exc}"
+            ) from None
+        response: bytes | None = result["frame"]
+        if response is None:
+            return None
+        if header.api_key in REWRITTEN:
+            response = self._rewrite(header, response)
+        return [response]
+
+    def _rewrite(self, header: RequestHeader, response: bytes) -> bytes:
+        key, version = header.api_key, header.api_version
+        _, entity = decode_response(key, version, response)
+        data = entity_to_data(entity)
+        zone = self.config.zone  # a client that reached this proxy is in its zone
+        if key == API_METADATA:
+            out = rewrite_metadata(data, zone, self.topology).data
+        elif key == API_FIND_COORDINATOR:
+            out = rewrite_find_coordinator(data, zone, self.topology).data
+        else:
+            out = rewrite_describe_cluster(data, zone, self.topology).data
+        return encode_response(header, build_response(key, version, out))

@@ -1,0 +1,53 @@
+"""Configuration of one zone proxy, as fleet hands it over."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared_wal import WalConfig
+
+
+@dataclass(frozen=True)
+class MainEndpoint:
+    node_id: int
+    zone: str
+    host: str
+    kafka_port: int
+    rpc_port: int
+
+
+@dataclass(frozen=True)
+class ProxyEndpoint:
+    node_id: int
+    zone: str
+    host: str
+    kafka_port: int
+
+
+@dataclass
+class ProxyConfig:
+    node_id: int
+    zone: str
+    wal_url: str
+    rpc_secret: bytes
+    mains: list[MainEndpoint]
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    # Other zones' proxies, so clients of unknown zone can be pointed at them (KIP-392).
+    peers: list[ProxyEndpoint] = field(default_factory=list)
+    zones: dict[str, str | None] = field(default_factory=dict)  # zone name -> AZ id
+    max_request_bytes: int = 100 * 1024 * 1024
+    max_in_flight_per_connection: int = 64
+    mirror_cache_bytes: int = 256 * 1024 * 1024
+    confirm_timeout_s: float = 10.0
+    wal: WalConfig = field(default_factory=WalConfig)
+
+    @property
+    def writer_id(self) -> str:
+        return f"proxy-{self.node_id}"
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return (self.advertised_host or self.host, self.advertised_port or self.port)

@@ -1,0 +1,233 @@
+"""A proxy's mirror of one main broker: its topics and partition states from the main's state
+stream, and its batches from tailing the main's WAL on the shared file system.
+
+The mirror never exposes an offset above the high watermark the main published (invariant 5),
+nor above what it has tailed: `visible_end` is the smaller of the two.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
+from kafka_wire.rpc import RpcClient, RpcError
+from proxy_broker.config import MainEndpoint
+from shared_wal import OffsetOutOfRange, RecordType, WalError, WalRecord
+from shared_wal.batch_index import BatchEntry, BatchIndex
+from shared_wal.batch_reader import BatchReader
+from shared_wal.broker_records import PreparedLink
+
+log = logging.getLogger("zonefleet.proxy.mirror")
+
+TAIL_CHUNK_RECORDS = 4096
+RESUBSCRIBE_BACKOFF_S = (0.1, 2.0)
+
+
+class MirrorPartition:
+    """What the proxy knows of one partition led by a main; serves Fetch from its index."""
+
+    def __init__(self, topic: str, partition: int, owner: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.owner = owner
+        self.leader_epoch = 0
+        self.high_watermark = 0
+        self.last_stable_offset = 0
+        self.log_start_offset = 0
+        self.next_offset = 0
+        self.index = BatchIndex()
+
+    def apply(self, row: Sequence[Any]) -> None:
+        _, _, epoch, hw, lso, log_start, leo = row
+        self.leader_epoch, self.high_watermark, self.last_stable_offset = epoch, hw, lso
+        self.log_start_offset, self.next_offset = log_start, leo
+
+    @property
+    def visible_end(self) -> int:
+        return min(self.high_watermark, self.index.end_offset)
+
+    def fetch_slice(
+        self, offset: int, max_bytes: int, upper: int, must_return_one: bool
+    ) -> tuple[int, Sequence[BatchEntry]]:
+        if offset < self.log_start_offset or offset > self.next_offset:
+            return ErrorCode.offset_out_of_range, []
+        upper = min(upper, self.index.end_offset)
+        return ErrorCode.none, self.index.fetch_slice(offset, max_bytes, upper, must_return_one)
+
+
+class MirrorTopic:
+    def __init__(self, name: str, topic_id: bytes, configs: dict[str, str]) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.configs = configs
+        self.partitions: list[MirrorPartition] = []
+
+
+class MirrorCache:
+    """Recent batch bytes of every mirror, bounded in bytes; evicted ones are re-read."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self.bytes = 0
+        self._order: deque[BatchEntry] = deque()
+
+    def add(self, entry: BatchEntry) -> None:
+        self._order.append(entry)
+        self.bytes += entry.size
+        while self.bytes > self.budget and len(self._order) > 1:
+            oldest = self._order.popleft()
+            oldest.data = None
+            self.bytes -= oldest.size
+
+
+class MainMirror:
+    def __init__(
+        self,
+        main: MainEndpoint,
+        rpc: RpcClient,
+        batches: BatchReader,
+        cache: MirrorCache,
+        own_writer: str,
+        take_prepared: Callable[[int, int], memoryview | None],
+        on_change: Callable[[], None],
+    ) -> None:
+        self.main = main
+        self.rpc = rpc
+        self.batches = batches
+        self.cache = cache
+        self.own_writer = own_writer
+        self.take_prepared = take_prepared
+        self.on_change = on_change
+        self.topics: dict[str, MirrorTopic] = {}
+        self.writer: str | None = None
+        self.wal_end = 0
+        self.tail_offset: int | None = None
+        self.connected = False
+        self._wal_moved = trio.Event()
+        self.synced = trio.Event()  # set once the first full snapshot arrived
+
+    # -- state stream ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow_state)
+            nursery.start_soon(self._tail)
+
+    async def _follow_state(self) -> None:
+        backoff = RESUBSCRIBE_BACKOFF_S[0]
+        while True:
+            try:
+                async with self.rpc.subscribe("state", {}) as frames:
+                    async for frame in frames:
+                        self.apply_frame(frame)
+                        self.connected = True
+                        backoff = RESUBSCRIBE_BACKOFF_S[0]
+            except RpcError as exc:
+                if self.connected:
+                    log.warning("state stream of main %d lost: %s", self.main.node_id, exc)
+            self.connected = False
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, RESUBSCRIBE_BACKOFF_S[1])
+
+    def apply_frame(self, frame: dict[str, Any]) -> None:
+        self.writer = frame["writer"]
+        if frame["full"]:
+            for name in set(self.topics) - set(frame["topics"]):
+                del self.topics[name]
+        for name in frame["deleted"]:
+            self.topics.pop(name, None)
+        for name, (topic_id, count, configs) in frame["topics"].items():
+            topic = self.topics.get(name)
+            if topic is None or topic.topic_id != topic_id:
+                topic = self.topics[name] = MirrorTopic(name, topic_id, configs)
+            topic.configs = configs
+            while len(topic.partitions) < count:
+                topic.partitions.append(
+                    MirrorPartition(name, len(topic.partitions), self.main.node_id)
+                )
+        for row in frame["parts"]:
+            topic = self.topics.get(row[0])
+            if topic is not None and row[1] < len(topic.partitions):
+                topic.partitions[row[1]].apply(row)
+        if frame["wal_end"] != self.wal_end:
+            self.wal_end = frame["wal_end"]
+            self._wal_moved.set()
+        self.synced.set()
+        self.on_change()
+
+    # -- WAL tail ----------------------------------------------------------------------------
+
+    async def _tail(self) -> None:
+        await self.synced.wait()
+        while True:
+            while self.tail_offset is not None and self.tail_offset >= self.wal_end:
+                self._wal_moved = trio.Event()
+                await self._wal_moved.wait()
+            try:
+                records = await trio.to_thread.run_sync(
+                    self._read_chunk, limiter=self.batches.limiter
+                )
+            except (WalError, OSError) as exc:
+                log.warning("tailing main %d's WAL failed, retrying: %s", self.main.node_id, exc)
+                await trio.sleep(0.5)
+                continue
+            for record in records:
+                self._apply_record(record)
+            if records:
+                self.tail_offset = records[-1].position.end_offset
+                self.on_change()
+
+    def _read_chunk(self) -> list[WalRecord]:
+        assert self.writer is not None
+        reader = self.batches.reader_for(self.writer)
+        if self.tail_offset is None:
+            segments = reader.segments()
+            self.tail_offset = segments[0] if segments else 0
+        out: list[WalRecord] = []
+        try:
+            for record in reader.iter_records(self.tail_offset, self.wal_end):
+                out.append(record)
+                if len(out) >= TAIL_CHUNK_RECORDS:
+                    break
+        except OffsetOutOfRange:
+            # Retention deleted what we had not read yet: continue from the oldest segment.
+            segments = reader.segments()
+            self.tail_offset = segments[0] if segments else 0
+        return out
+
+    def _apply_record(self, record: WalRecord) -> None:
+        if record.type not in (RecordType.DATA, RecordType.LINK):
+            return
+        header = record.header
+        topic = self.topics.get(header["t"])
+        if topic is None or header["p"] >= len(topic.partitions):
+            return
+        part = topic.partitions[header["p"]]
+        base, last = header["b"], header["l"]
+        if base < part.index.end_offset:
+            return  # replayed after a snapshot, or already tailed
+        if record.type == RecordType.DATA:
+            entry = BatchEntry(
+                base, last, header["ts"], len(record.payload), record.payload, record.position
+            )
+        else:
+            link = PreparedLink.from_header(header)
+            data: memoryview | None = None
+            if link.target.writer == self.own_writer:
+                # We wrote this payload ourselves moments ago: patch it in memory, no read.
+                data = self.take_prepared(link.target.segment, link.target.position)
+                if data is not None:
+                    info = parse_batch_header(data, 0)
+                    assign_offsets(data, info, base, link.leader_epoch)
+                    if link.log_append_time:
+                        stamp_log_append_time(data, info, header["ts"])
+            entry = BatchEntry(base, last, header["ts"], header["sz"], data, record.position, link)
+        part.index.add(entry)
+        if entry.data is not None:
+            self.cache.add(entry)

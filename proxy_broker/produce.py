@@ -1,0 +1,145 @@
+"""Produce through a zone proxy: prepare (payload to the shared WAL), then confirm (~100 bytes
+to the owning main), then relay the main's partition results to the client.
+
+`begin_produce` runs in the connection's read loop: PREPARED records are submitted and confirm
+requests queued in the order the client sent its batches, so order holds end to end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kafka_wire.hot_codecs import (
+    ProducePartitionResult,
+    decode_produce_request,
+    encode_produce_response,
+)
+from kafka_wire.record_batch import InvalidBatch, validate_produce_records
+from kafka_wire.server_loop import Buffer, CloseConnection, Finish
+from proxy_broker.confirm_pipe import ConfirmRequest
+from shared_wal import AppendTicket, RecordType, WalError
+
+if TYPE_CHECKING:
+    from proxy_broker.broker import ProxyBroker, RequestContext
+
+log = logging.getLogger("zonefleet.proxy.produce")
+
+# The main validates timestamps and sizes against the topic config; the proxy only refuses
+# what is malformed, so a bad batch never reaches the shared WAL.
+NO_LIMIT = 2**62
+
+
+class _Prepared:
+    """One main's share of a Produce request while its PREPARED records become durable."""
+
+    def __init__(self, request: ConfirmRequest, results: list[ProducePartitionResult]) -> None:
+        self.request = request
+        self.results = results
+        self.tickets: list[AppendTicket] = []
+        self.payloads: list[memoryview] = []
+
+
+def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> Finish:
+    header = ctx.header
+    try:
+        req = decode_produce_request(header.api_version, memoryview(frame), header.size)
+    except ValueError as exc:
+        raise CloseConnection(f"malformed Produce v{header.api_version}: {exc}") from None
+    now_ms = int(time.time() * 1000)
+    topics_out: list[tuple[str, list[ProducePartitionResult]]] = []
+    shares: dict[int, _Prepared] = {}
+    for topic in req.topics:
+        results: list[ProducePartitionResult] = []
+        topics_out.append((topic.name, results))
+        for part in topic.partitions:
+            result = ProducePartitionResult(index=part.index)
+            results.append(result)
+            owner = proxy.owner_of(topic.name, part.index)
+            if req.acks not in (0, 1, -1):
+                result.error_code = ErrorCode.invalid_required_acks
+            elif owner is None:
+                result.error_code = ErrorCode.unknown_topic_or_partition
+            elif proxy.wal.failed:
+                result.error_code = ErrorCode.kafka_storage_error
+            elif part.records is None or len(part.records) == 0:
+                result.error_code = ErrorCode.invalid_record
+                result.error_message = "empty records"
+            else:
+                try:
+                    validate_produce_records(
+                        part.records,
+                        now_ms=now_ms,
+                        log_append_time=False,
+                        timestamp_before_max_ms=NO_LIMIT,
+                        timestamp_after_max_ms=NO_LIMIT,
+                        max_message_bytes=NO_LIMIT,
+                        api_version=header.api_version,
+                    )
+                except InvalidBatch as exc:
+                    result.error_code = exc.error_code
+                    result.error_message = exc.message
+                    continue
+                share = shares.get(owner)
+                if share is None:
+                    request = ConfirmRequest(header.api_version, req.acks, req.timeout_ms, [])
+                    share = shares[owner] = _Prepared(request, [])
+                    # Queued now, in arrival order; the pipe sends it once it is prepared.
+                    proxy.pipes[owner].submit(request)
+                ticket = proxy.wal.submit(
+                    RecordType.PREPARED, {"t": topic.name, "p": part.index}, part.records
+                )
+                share.tickets.append(ticket)
+                share.payloads.append(part.records)
+                share.results.append(result)
+                share.request.parts.append((topic.name, part.index, None))
+                proxy.metrics.bytes_in.labels(topic.name).inc(len(part.records))
+    for share in shares.values():
+        proxy.background.start_soon(_prepare, proxy, share)
+
+    async def respond() -> Sequence[Buffer] | None:
+        with trio.move_on_after(max(req.timeout_ms, 0) / 1000 + proxy.config.confirm_timeout_s):
+            for share in shares.values():
+                await share.request.done.wait()
+        for share in shares.values():
+            _apply_results(share)
+        if req.acks == 0:
+            return None
+        return [encode_produce_response(header.api_version, header.correlation_id, topics_out)]
+
+    return respond
+
+
+async def _prepare(proxy: ProxyBroker, share: _Prepared) -> None:
+    """Wait for the PREPARED group commit, then let the confirm pipe send this share."""
+    request = share.request
+    try:
+        for i, ticket in enumerate(share.tickets):
+            position = await ticket.wait()
+            topic, partition, _ = request.parts[i]
+            request.parts[i] = (topic, partition, position)
+            proxy.remember_prepared(position, share.payloads[i])
+    except WalError as exc:
+        log.error("PREPARED write failed: %s", exc)
+        request.fail(ErrorCode.kafka_storage_error, "the proxy's WAL write failed")
+    request.prepared.set()
+
+
+def _apply_results(share: _Prepared) -> None:
+    request = share.request
+    if not request.done.is_set():
+        for result in share.results:
+            result.error_code = ErrorCode.request_timed_out
+        return
+    for result, row in zip(share.results, request.results, strict=False):
+        code, base_offset, append_time, log_start, message = row
+        result.error_code = code
+        result.base_offset = base_offset
+        result.log_append_time_ms = append_time
+        result.log_start_offset = log_start
+        result.error_message = message
