@@ -48,9 +48,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "up",
         help="start a local fleet in one process",
         description="Start a local fleet. Without --zones: one main broker on --base-port "
-        "(admin +1). With --zones N: one main broker in az1 (kafka +0, admin +1, internal RPC "
-        "+2) and a proxy in each zone azK (node 100+K, kafka +10*K, admin +10*K+1), all on "
-        "<data-dir>/wal.",
+        "(admin +1). With --zones N: in each zone azK a zone proxy (node 100+K; kafka +10*K, "
+        "admin +10*K+1) and a main broker (node K; kafka +10*K+2, admin +10*K+3, internal RPC "
+        "+10*K+4), all on <data-dir>/wal with the cluster metadata in <data-dir>/metadata.",
     )
     up.add_argument("--data-dir", default="data", help="where the WAL and config live")
     up.add_argument("--base-port", type=int, default=19092, help="first port of the fleet")

@@ -7,6 +7,7 @@ data_dir = "data"                 # relative paths are relative to this file
 log_format = "text"               # or "json"
 log_level = "INFO"
 imds_url = "http://169.254.169.254"   # where nodes with zone = "auto" ask for their zone
+storage_zone = "regional"         # zone the shared FS / object store traffic is booked to
 
 [[zones]]
 name = "us-east-1a"
@@ -59,11 +60,12 @@ from typing import Any
 
 from fleet.zone_discovery import DEFAULT_IMDS_URL, discover_zone_blocking
 from kafka_wire.rpc_auth import MIN_SECRET_BYTES
-from main_broker.config import BrokerConfig
+from main_broker.config import BrokerConfig, MainPeer
 from main_broker.group_coordinator import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs
 from proxy_broker.config import MainEndpoint, ProxyConfig, ProxyEndpoint
 from shared_wal import WalConfig
+from zone_router import Node
 
 AUTO_ZONE = "auto"
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
@@ -327,6 +329,24 @@ def _parse_main(
     )
 
 
+def _join_mains(
+    mains: list[MainBrokerNode], metadata: dict[str, Any], data_dir: Path, base_dir: Path
+) -> None:
+    """Several mains (or an explicit [metadata] url) share the cluster metadata document."""
+    url = metadata.get("url")
+    if url is None and len(mains) < 2:
+        return
+    url = _resolve_url(str(url or f"file://{data_dir / 'metadata'}"), base_dir)
+    peers = [
+        MainPeer(m.broker.node_id, m.broker.zone, *m.broker.advertised, m.broker.rpc_port)
+        for m in mains
+    ]
+    for m in mains:
+        m.broker.mains = list(peers)
+        m.broker.metadata_url = url
+        m.broker.metadata_poll_s = float(metadata.get("poll_interval_s", 0.5))
+
+
 def _main_endpoint(node: MainBrokerNode) -> MainEndpoint:
     cfg = node.broker
     if not cfg.rpc_port:
@@ -424,6 +444,30 @@ def _check_unique(mains: list[MainBrokerNode], proxies: list[ProxyNode]) -> None
                 raise ConfigError(f"{what} and {other} are both {host}:{port}")
 
 
+def _wire_accounting(
+    mains: list[MainBrokerNode],
+    proxies: list[ProxyNode],
+    zones: _Zones,
+    cidrs: dict[str, str],
+    data_dir: Path,
+    storage_zone: str,
+) -> None:
+    """Traffic accounting: every node writes JSONL under data_dir; mains learn the zones of
+    their RPC peers and the client-zone map."""
+    zone_map = {z.name: z.az_id for z in zones.zones}
+    peer_zones = {p.proxy.node_id: p.proxy.zone for p in proxies}
+    for m in mains:
+        b = m.broker
+        b.data_dir, b.zones, b.cidrs = data_dir, dict(zone_map), dict(cidrs)
+        b.peer_zones = {**peer_zones, **{o.broker.node_id: o.broker.zone for o in mains}}
+        if storage_zone:
+            b.storage_zone = storage_zone
+    for p in proxies:
+        p.proxy.data_dir = data_dir
+        if storage_zone:
+            p.proxy.storage_zone = storage_zone
+
+
 def parse_fleet_config(
     doc: dict[str, Any],
     base_dir: Path,
@@ -459,10 +503,17 @@ def parse_fleet_config(
         _parse_main(raw, zones, cluster_id, wal_url, wal_config, secret)
         for raw in doc.get("main_brokers", [])
     ]
+    _join_mains(mains, doc.get("metadata", {}), data_dir, base_dir)
     proxies = _parse_proxies(
         list(doc.get("proxies", [])), zones, mains, secret, wal_url, wal_config
     )
+    zone_proxies = [
+        Node(p.proxy.node_id, p.proxy.zone, "proxy", *p.proxy.advertised) for p in proxies
+    ]
+    for m in mains:
+        m.broker.zone_proxies = list(zone_proxies)
     _check_unique(mains, proxies)
+    _wire_accounting(mains, proxies, zones, cidrs, data_dir, str(fleet.get("storage_zone", "")))
     return FleetConfig(
         cluster_id=cluster_id,
         data_dir=data_dir,
@@ -511,17 +562,20 @@ admin_port = {base_port + 1}
 """
 
 
-# Port layout of `zonefleet up --zones N`, as offsets from --base-port.
-MAIN_KAFKA_OFFSET, MAIN_ADMIN_OFFSET, MAIN_RPC_OFFSET = 0, 1, 2
-PROXY_PORT_STRIDE = 10  # proxy K (1-based): kafka base+10*K, admin base+10*K+1
-PROXY_NODE_ID_BASE = 100  # proxy K is node 100+K
+# Port layout of `zonefleet up --zones N`, as offsets from --base-port + 10*K for zone K.
+ZONE_PORT_STRIDE = 10
+PROXY_KAFKA_OFFSET, PROXY_ADMIN_OFFSET = 0, 1
+MAIN_KAFKA_OFFSET, MAIN_ADMIN_OFFSET, MAIN_RPC_OFFSET = 2, 3, 4
+PROXY_NODE_ID_BASE = 100  # proxy K is node 100+K; main K is node K
 
 
 def local_zones_fleet_toml(data_dir: Path, base_port: int, zones: int, secret: str) -> str:
-    """The fleet of `zonefleet up --zones N`: one main in az1 and one proxy in each of az1..azN.
+    """The fleet of `zonefleet up --zones N`: in each zone azK (K = 1..N) a main broker
+    (node K) and a zone proxy (node 100+K), sharing one WAL directory and one cluster
+    metadata document, with partitions placed across the mains.
 
-    Ports, from base: main kafka +0, admin +1, internal RPC +2; proxy K kafka +10*K, admin
-    +10*K+1. So the fleet uses base .. base+10*N+1.
+    Ports, from base + 10*K: proxy kafka +0, proxy admin +1, main kafka +2, main admin +3,
+    main internal RPC +4. So the fleet uses base+10 .. base+10*N+4.
     """
     if zones < 1:
         raise ConfigError("--zones must be at least 1")
@@ -540,19 +594,22 @@ url = "osfs://{data_dir / "wal"}"
     ]
     for k in range(1, zones + 1):
         parts.append(f'[[zones]]\nname = "az{k}"\naz_id = "use1-az{k}"\n')
-    parts.append(
-        f"""\
-[[main_brokers]]
-node_id = 1
-zone = "az1"
-host = "127.0.0.1"
-port = {base_port + MAIN_KAFKA_OFFSET}
-admin_port = {base_port + MAIN_ADMIN_OFFSET}
-rpc_port = {base_port + MAIN_RPC_OFFSET}
-"""
-    )
+    parts.append(f'[metadata]\nurl = "file://{data_dir / "metadata"}"\n')
     for k in range(1, zones + 1):
-        port = base_port + PROXY_PORT_STRIDE * k
+        base = base_port + ZONE_PORT_STRIDE * k
+        parts.append(
+            f"""\
+[[main_brokers]]
+node_id = {k}
+zone = "az{k}"
+host = "127.0.0.1"
+port = {base + MAIN_KAFKA_OFFSET}
+admin_port = {base + MAIN_ADMIN_OFFSET}
+rpc_port = {base + MAIN_RPC_OFFSET}
+"""
+        )
+    for k in range(1, zones + 1):
+        port = base_port + ZONE_PORT_STRIDE * k + PROXY_KAFKA_OFFSET
         parts.append(
             f"""\
 [[proxies]]

@@ -51,6 +51,10 @@ class FetchPartition(Protocol[E_co]):
     def log_start_offset(self) -> int: ...
     @property
     def next_offset(self) -> int: ...
+    @property
+    def owned(self) -> bool:
+        """False where another broker leads the partition: NOT_LEADER_OR_FOLLOWER."""
+        ...
 
     def fetch_slice(
         self, offset: int, max_bytes: int, upper: int, must_return_one: bool
@@ -124,7 +128,10 @@ def _parse_wants(source: FetchSource[E], req: Any, version: int) -> list[_TopicW
         for p in topic.partitions:
             part = partitions[p.partition] if 0 <= p.partition < len(partitions) else None
             result = FetchPartitionResult(index=p.partition)
-            if part is None:
+            if part is not None and not part.owned:
+                part = None
+                result.error_code = ErrorCode.not_leader_or_follower
+            elif part is None:
                 result.error_code = (
                     ErrorCode.unknown_topic_id
                     if version >= TOPIC_IDS_VERSION and state is None

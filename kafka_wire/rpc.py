@@ -1,5 +1,9 @@
 """Internal RPC over trio: an authenticated, multiplexed request/response and subscription
 transport between zonefleet nodes. Framing is in `rpc_frames`, the handshake in `rpc_auth`.
+
+Traffic accounting: `on_bytes(direction, method, nbytes, peer_node)` sees every frame; a
+`RpcMeter` (see `rpc_accounting`) classifies each call once from its request and then sees
+every frame of that call (request, response, pushes, cancel) with the call's tag.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -34,6 +38,7 @@ __all__ = [
     "RpcAuthError",
     "RpcClient",
     "RpcError",
+    "RpcMeter",
     "RpcPeer",
     "RpcRemoteError",
     "RpcServer",
@@ -51,6 +56,7 @@ _CLEANUP_TIMEOUT: Final = 1.0
 _NET_ERRORS: Final = (FrameError, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _ACCOUNT_HANDSHAKE: Final = "_handshake"
 _DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+_MAX_DEADLINE_S: Final = 86_400.0
 
 
 class RpcError(Exception):
@@ -91,6 +97,40 @@ StreamHandler = Callable[
     [RpcPeer, dict[str, Any], Callable[[Any], Awaitable[None]]], Awaitable[None]
 ]
 OnBytes = Callable[[str, str, int, int], None]
+_NO_PARAMS: Final[dict[str, Any]] = {}
+
+
+class RpcMeter(Protocol):
+    """Traffic accounting of RPC frames; both methods run on the hot path."""
+
+    def classify(self, method: str, params: dict[str, Any]) -> Any:
+        """A tag for a call or subscription, computed once from its request (the handshake
+        is classified as method ``_handshake`` with no params)."""
+        ...
+
+    def count(self, tag: Any, direction: str, nbytes: int, peer_node: int) -> None:
+        """One frame of the call tagged `tag`: ``in`` or ``out`` as seen from this side."""
+        ...
+
+
+class _Accounting:
+    """The `on_bytes` and `meter` hooks of one server or client."""
+
+    __slots__ = ("meter", "on_bytes")
+
+    def __init__(self, on_bytes: OnBytes | None, meter: RpcMeter | None) -> None:
+        self.on_bytes = on_bytes
+        self.meter = meter
+
+    def tag(self, method: str, params: dict[str, Any]) -> Any:
+        meter = self.meter
+        return meter.classify(method, params) if meter is not None else None
+
+    def __call__(self, direction: str, method: str, tag: Any, nbytes: int, peer: int) -> None:
+        if self.on_bytes is not None:
+            self.on_bytes(direction, method, nbytes, peer)
+        if self.meter is not None:
+            self.meter.count(tag, direction, nbytes, peer)
 
 
 def _address(stream: trio.SocketStream) -> str:
@@ -136,7 +176,7 @@ class _ServerConn:
         self.dead = False
         self.nursery: trio.Nursery
 
-    async def send(self, msg: dict[str, Any], method: str) -> bool:
+    async def send(self, msg: dict[str, Any], method: str, tag: Any) -> bool:
         """Sends one frame; on a dead socket, cancels the whole connection."""
         data = encode_frame(msg, self.server.max_frame_bytes)  # the caller handles errors
         try:
@@ -153,7 +193,7 @@ class _ServerConn:
             self.dead = True
             self.nursery.cancel_scope.cancel()
             raise
-        self.server._account("out", method, len(data), self.peer.node_id)
+        self.server._account("out", method, tag, len(data), self.peer.node_id)
         return True
 
     async def run(self) -> None:
@@ -186,56 +226,71 @@ class _ServerConn:
         method, params = msg.get("m"), msg.get("p", {})
         if not isinstance(method, str) or not isinstance(params, dict):
             raise _ProtocolViolation(f"{kind!r} without a method name or a params map")
-        self.server._account("in", method, size, self.peer.node_id)
+        tag = self.server._account.tag(method, params)
+        self.server._account("in", method, tag, size, self.peer.node_id)
         reply = "err" if kind == "req" else "end"
         if rid in self.tasks:
-            self.nursery.start_soon(self._refuse, reply, rid, method, "DuplicateId")
+            self.nursery.start_soon(self._refuse, reply, rid, method, tag, "DuplicateId")
         elif len(self.tasks) >= MAX_IN_FLIGHT:
-            self.nursery.start_soon(self._refuse, reply, rid, method, "TooManyRequests")
+            self.nursery.start_soon(self._refuse, reply, rid, method, tag, "TooManyRequests")
         elif kind == "req":
             handler = self.server.handlers.get(method)
             if handler is None:
-                self.nursery.start_soon(self._refuse, reply, rid, method, "UnknownMethod")
+                self.nursery.start_soon(self._refuse, reply, rid, method, tag, "UnknownMethod")
                 return
             dl = msg.get("dl")
             timeout = dl / 1000 if isinstance(dl, int | float) and dl > 0 else math.inf
             task = self.tasks[rid] = _Task(trio.CancelScope(deadline=trio.current_time() + timeout))
-            self.nursery.start_soon(self._call, task, rid, method, handler, params)
+            self.nursery.start_soon(self._call, task, rid, method, tag, handler, params)
         else:
             stream = self.server.streams.get(method)
             if stream is None:
-                self.nursery.start_soon(self._refuse, reply, rid, method, "UnknownStream")
+                self.nursery.start_soon(self._refuse, reply, rid, method, tag, "UnknownStream")
                 return
             task = self.tasks[rid] = _Task(trio.CancelScope())
-            self.nursery.start_soon(self._subscription, task, rid, method, stream, params)
+            self.nursery.start_soon(self._subscription, task, rid, method, tag, stream, params)
 
-    async def _refuse(self, kind: str, rid: int, method: str, code: str) -> None:
-        await self.send({"t": kind, "id": rid, "code": code, "msg": method}, method)
+    async def _refuse(self, kind: str, rid: int, method: str, tag: Any, code: str) -> None:
+        await self.send({"t": kind, "id": rid, "code": code, "msg": method}, method, tag)
 
     async def _call(
-        self, task: _Task, rid: int, method: str, handler: Handler, params: dict[str, Any]
+        self,
+        task: _Task,
+        rid: int,
+        method: str,
+        tag: Any,
+        handler: Handler,
+        params: dict[str, Any],
     ) -> None:
         try:
             with task.scope:
                 result = await handler(self.peer, params)
             if task.scope.cancelled_caught:
                 if not task.by_client:
-                    await self._refuse("err", rid, method, _DEADLINE_EXCEEDED)
+                    await self._refuse("err", rid, method, tag, _DEADLINE_EXCEEDED)
                 return
-            await self.send({"t": "res", "id": rid, "r": result}, method)
+            await self.send({"t": "res", "id": rid, "r": result}, method, tag)
         except Exception as exc:
             log.warning("rpc: %s from %s raised", method, self.peer.address, exc_info=True)
             await self.send(
-                {"t": "err", "id": rid, "code": type(exc).__name__, "msg": _text(exc)}, method
+                {"t": "err", "id": rid, "code": type(exc).__name__, "msg": _text(exc)},
+                method,
+                tag,
             )
         finally:
             del self.tasks[rid]
 
     async def _subscription(
-        self, task: _Task, rid: int, stream: str, handler: StreamHandler, params: dict[str, Any]
+        self,
+        task: _Task,
+        rid: int,
+        stream: str,
+        tag: Any,
+        handler: StreamHandler,
+        params: dict[str, Any],
     ) -> None:
         async def push(data: Any) -> None:
-            if not await self.send({"t": "push", "id": rid, "d": data}, stream):
+            if not await self.send({"t": "push", "id": rid, "d": data}, stream, tag):
                 raise trio.BrokenResourceError("the subscriber's connection is gone")
 
         end: dict[str, Any] = {"t": "end", "id": rid}
@@ -251,7 +306,7 @@ class _ServerConn:
             end.update(code=type(exc).__name__, msg=_text(exc))
         finally:
             del self.tasks[rid]
-        await self.send(end, stream)
+        await self.send(end, stream, tag)
 
 
 class _ProtocolViolation(Exception):
@@ -272,19 +327,16 @@ class RpcServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         on_bytes: OnBytes | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        meter: RpcMeter | None = None,
     ) -> None:
         self.node_id = node_id
         self.secret = check_secret(secret)
         self.handlers = dict(handlers)
         self.streams = dict(streams)
         self.max_frame_bytes = max_frame_bytes
-        self.on_bytes = on_bytes
         self.handshake_timeout = handshake_timeout
         self.port: int | None = None
-
-    def _account(self, direction: str, method: str, nbytes: int, peer_node: int) -> None:
-        if self.on_bytes is not None:
-            self.on_bytes(direction, method, nbytes, peer_node)
+        self._account = _Accounting(on_bytes, meter)
 
     async def serve(
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
@@ -325,8 +377,9 @@ class RpcServer:
             reason = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
             log.warning("rpc: refused connection from %s: %s", address, reason or type(exc))
             return None
-        self._account("in", _ACCOUNT_HANDSHAKE, received, client_node)
-        self._account("out", _ACCOUNT_HANDSHAKE, sent, client_node)
+        tag = self._account.tag(_ACCOUNT_HANDSHAKE, _NO_PARAMS)
+        self._account("in", _ACCOUNT_HANDSHAKE, tag, received, client_node)
+        self._account("out", _ACCOUNT_HANDSHAKE, tag, sent, client_node)
         return RpcPeer(client_node, address), reader
 
 
@@ -360,16 +413,16 @@ class _ClientConn:
         self.reader = reader
         self.peer_node = peer_node
         self.slots: dict[int, _Slot] = {}
-        self.methods: dict[int, str] = {}
+        self.methods: dict[int, tuple[str, Any]] = {}  # id -> (method, accounting tag)
         self.next_id = 1
         self.send_lock = trio.Lock()
         self.reading = False
         self.error: BaseException | None = None
 
-    def open_slot(self, method: str) -> tuple[int, _Slot]:
+    def open_slot(self, method: str, params: dict[str, Any]) -> tuple[int, _Slot]:
         rid, self.next_id = self.next_id, self.next_id + 1
         slot = self.slots[rid] = _Slot()
-        self.methods[rid] = method
+        self.methods[rid] = (method, self.client._account.tag(method, params))
         return rid, slot
 
     def close_slot(self, rid: int) -> None:
@@ -390,7 +443,7 @@ class _ClientConn:
         err.__cause__ = self.error
         return err
 
-    async def send(self, msg: dict[str, Any], method: str) -> None:
+    async def send(self, msg: dict[str, Any], rid: int) -> None:
         if self.error is not None:
             raise self.unavailable()
         data = encode_frame(msg, self.client.max_frame_bytes)
@@ -403,7 +456,8 @@ class _ClientConn:
             except BaseException as exc:
                 self.fail(exc)  # cancelled mid-write: the stream may hold half a frame
                 raise
-        self.client._account("out", method, len(data), self.peer_node)
+        method, tag = self.methods.get(rid) or ("cancel", None)
+        self.client._account("out", method, tag, len(data), self.peer_node)
 
     async def send_cancel(self, rid: int) -> None:
         """Best effort, even from a cancelled scope."""
@@ -411,7 +465,7 @@ class _ClientConn:
             return
         with trio.CancelScope(shield=True, deadline=trio.current_time() + _CLEANUP_TIMEOUT):
             with suppress(RpcUnavailable):
-                await self.send({"t": "cancel", "id": rid}, self.methods.get(rid, "cancel"))
+                await self.send({"t": "cancel", "id": rid}, rid)
 
     async def wait(self, slot: _Slot) -> None:
         while not slot.ready():
@@ -452,7 +506,8 @@ class _ClientConn:
         rid = msg.get("id")
         if type(rid) is not int or (slot := self.slots.get(rid)) is None:
             return  # a late reply to a call that gave up
-        self.client._account("in", self.methods[rid], size, self.peer_node)
+        method, tag = self.methods[rid]
+        self.client._account("in", method, tag, size, self.peer_node)
         if msg["t"] == "push":
             if slot.overflow or len(slot.items) >= MAX_BUFFERED_PUSHES:
                 slot.overflow = True  # drop the rest: a gap would corrupt the subscriber's state
@@ -487,22 +542,27 @@ class RpcClient:
         connect_timeout: float = 2.0,
         on_bytes: OnBytes | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        meter: RpcMeter | None = None,
     ) -> None:
         self.node_id = node_id
         self.secret = check_secret(secret)
         self.host = host
         self.port = port
         self.connect_timeout = connect_timeout
-        self.on_bytes = on_bytes
+        self._account = _Accounting(on_bytes, meter)
         self.max_frame_bytes = max_frame_bytes
         self.peer_node: int | None = None
         self._conn: _ClientConn | None = None
         self._connect_lock = trio.Lock()
         self._closed = False
 
-    def _account(self, direction: str, method: str, nbytes: int, peer_node: int) -> None:
-        if self.on_bytes is not None:
-            self.on_bytes(direction, method, nbytes, peer_node)
+    @property
+    def meter(self) -> RpcMeter | None:
+        return self._account.meter
+
+    @meter.setter
+    def meter(self, meter: RpcMeter | None) -> None:
+        self._account.meter = meter
 
     async def _connection(self) -> _ClientConn:
         async with self._connect_lock:
@@ -546,8 +606,9 @@ class RpcClient:
                 raise RpcUnavailable(f"cannot connect to RPC peer {where}: {exc!r}") from exc
             raise
         self.peer_node = peer_node
-        self._account("in", _ACCOUNT_HANDSHAKE, received + size, peer_node)
-        self._account("out", _ACCOUNT_HANDSHAKE, len(data), peer_node)
+        tag = self._account.tag(_ACCOUNT_HANDSHAKE, _NO_PARAMS)
+        self._account("in", _ACCOUNT_HANDSHAKE, tag, received + size, peer_node)
+        self._account("out", _ACCOUNT_HANDSHAKE, tag, len(data), peer_node)
         return _ClientConn(self, stream, reader, peer_node)
 
     async def call(
@@ -573,16 +634,16 @@ class RpcClient:
             try:
                 with trio.fail_after(timeout):
                     conn = await self._connection()
-                    rid, slot = conn.open_slot(method)
+                    rid, slot = conn.open_slot(method, params)
                     try:
                         if conn.error is not None:
                             raise conn.unavailable()
-                        dl = max(
-                            1, int((trio.current_effective_deadline() - trio.current_time()) * 1000)
-                        )
+                        # -inf once the deadline has passed (the send below then raises).
+                        left = trio.current_effective_deadline() - trio.current_time()
+                        dl = int(min(max(left, 0.001), _MAX_DEADLINE_S) * 1000)
                         sent = True
                         await conn.send(
-                            {"t": "req", "id": rid, "m": method, "p": params, "dl": dl}, method
+                            {"t": "req", "id": rid, "m": method, "p": params, "dl": dl}, rid
                         )
                         await conn.wait(slot)
                     finally:
@@ -624,9 +685,9 @@ class RpcClient:
                 conn = await self._connection()
             except trio.TooSlowError as exc:
                 raise RpcUnavailable(f"cannot connect to {self.host}:{self.port}") from exc
-        rid, slot = conn.open_slot(stream)
+        rid, slot = conn.open_slot(stream, params)
         try:
-            await conn.send({"t": "sub", "id": rid, "m": stream, "p": params}, stream)
+            await conn.send({"t": "sub", "id": rid, "m": stream, "p": params}, rid)
             yield _Subscription(conn, slot)
         finally:
             conn.close_slot(rid)

@@ -3,6 +3,9 @@
 Requests on one connection are read in order and may be pipelined. Each request is started
 synchronously in arrival order (so that, for example, produce appends keep the client's order),
 then finishes concurrently; responses are written strictly in request order, as Kafka requires.
+
+An optional `WireMeter` sees every frame's size (request in, response out) for traffic
+accounting; `KafkaTrafficMeter` books them by client zone and Kafka API name.
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 import trio
+from kio.schema.index import api_key_map
 
 from kafka_wire.codec import MalformedRequest, RequestHeader, parse_request_header
 from kafka_wire.framing import FrameError, FrameReader, send_frame
@@ -32,6 +36,68 @@ class ConnectionInfo:
     listener: str = "kafka"
 
 
+def _camel(snake: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in snake.split("_"))
+
+
+#: Kafka API names as the protocol spells them ("Produce", "ListOffsets"), by api key.
+API_NAMES: Final[dict[int, str]] = {key: _camel(name) for key, name in api_key_map.items()}
+
+
+def api_name(api_key: int) -> str:
+    """The Kafka name of `api_key`, or ``api<key>`` for keys kio does not know."""
+    name = API_NAMES.get(api_key)
+    return name if name is not None else f"api{api_key}"
+
+
+# Records traffic: (from_zone, to_zone, channel, api, bytes, requests).
+RecordTraffic = Callable[[str, str, str, str, int, int], None]
+
+
+class WireMeter(Protocol):
+    """Sees the size of every Kafka frame on a connection, size prefix included."""
+
+    def request_in(self, header: RequestHeader, conn: ConnectionInfo, nbytes: int) -> Any:
+        """Count a request; the returned token comes back with its response's size."""
+        ...
+
+    def response_out(self, token: Any, nbytes: int) -> None: ...
+
+
+class KafkaTrafficMeter:
+    """Books Kafka frames as ``kafka-client`` traffic between the client's zone and
+    `node_zone`, with the Kafka API name as api. `client_zone(header, conn)` must be cheap
+    (a cached lookup): it runs once per request."""
+
+    CHANNEL: Final = "kafka-client"
+
+    def __init__(
+        self,
+        record: RecordTraffic,
+        node_zone: str,
+        client_zone: Callable[[RequestHeader, ConnectionInfo], str],
+    ) -> None:
+        self._record = record
+        self._zone = node_zone
+        self._client_zone = client_zone
+
+    def request_in(
+        self, header: RequestHeader, conn: ConnectionInfo, nbytes: int
+    ) -> tuple[str, str]:
+        zone = self._client_zone(header, conn)
+        name = API_NAMES.get(header.api_key) or api_name(header.api_key)
+        self._record(zone, self._zone, self.CHANNEL, name, nbytes, 1)
+        return zone, name
+
+    def response_out(self, token: tuple[str, str], nbytes: int) -> None:
+        zone, name = token
+        self._record(self._zone, zone, self.CHANNEL, name, nbytes, 1)
+
+
+def _frame_bytes(parts: Sequence[Buffer]) -> int:
+    return 4 + sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+
+
 class CloseConnection(Exception):
     """Raised by a processor to drop the connection (the reason is logged)."""
 
@@ -43,11 +109,12 @@ class RequestProcessor(Protocol):
 
 
 class _Slot:
-    __slots__ = ("done", "parts")
+    __slots__ = ("done", "parts", "token")
 
-    def __init__(self) -> None:
+    def __init__(self, token: Any = None) -> None:
         self.done = trio.Event()
         self.parts: Sequence[Buffer] | None = None
+        self.token = token
 
 
 def connection_info(stream: trio.SocketStream, listener: str = "kafka") -> ConnectionInfo:
@@ -66,13 +133,14 @@ async def serve_connection(
     max_frame_bytes: int,
     max_in_flight: int = 64,
     listener: str = "kafka",
+    meter: WireMeter | None = None,
 ) -> None:
     conn = connection_info(stream, listener)
     reader = FrameReader(stream, max_frame_bytes)
     send_slots, receive_slots = trio.open_memory_channel[_Slot](max_in_flight)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_write_responses, stream, receive_slots)
+            nursery.start_soon(_write_responses, stream, receive_slots, meter)
             async with send_slots:
                 while True:
                     try:
@@ -84,6 +152,9 @@ async def serve_connection(
                         break
                     try:
                         header = parse_request_header(frame)
+                        token = None
+                        if meter is not None:
+                            token = meter.request_in(header, conn, 4 + len(frame))
                         finish = processor.begin(header, frame, conn)
                     except (MalformedRequest, CloseConnection) as exc:
                         log.warning(
@@ -94,7 +165,7 @@ async def serve_connection(
                             extra={"peer": f"{conn.peer_host}:{conn.peer_port}"},
                         )
                         break
-                    slot = _Slot()
+                    slot = _Slot(token)
                     await send_slots.send(slot)
                     nursery.start_soon(_finish, slot, finish)
             # Reader done: pending responses still go out (the writer drains the channel), unless
@@ -123,7 +194,7 @@ _CLOSE: Sequence[Buffer] = (b"",)
 
 
 async def _write_responses(
-    stream: trio.SocketStream, slots: trio.MemoryReceiveChannel[_Slot]
+    stream: trio.SocketStream, slots: trio.MemoryReceiveChannel[_Slot], meter: WireMeter | None
 ) -> None:
     async with slots:
         async for slot in slots:
@@ -133,3 +204,5 @@ async def _write_responses(
                 return
             if slot.parts is not None:
                 await send_frame(stream, slot.parts)
+                if meter is not None:
+                    meter.response_out(slot.token, _frame_bytes(slot.parts))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from main_broker.cluster_doc import TopicExists
 from main_broker.topic_config import TOPIC_CONFIG_KEYS, InvalidConfig, validate_topic_configs
 
 if TYPE_CHECKING:
@@ -39,15 +40,22 @@ def _uuid(raw: bytes) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
 
-def _broker_entry(broker: MainBroker) -> dict[str, Any]:
-    host, port = broker.config.advertised
-    return {
-        "node_id": broker.config.node_id,
-        "broker_id": broker.config.node_id,
-        "host": host,
-        "port": port,
-        "rack": broker.config.zone,
-    }
+def _broker_entries(broker: MainBroker) -> list[dict[str, Any]]:
+    if broker.cluster is not None:
+        endpoints = [(m.node_id, m.host, m.port, m.zone) for m in broker.cluster.mains]
+    else:
+        host, port = broker.config.advertised
+        endpoints = [(broker.config.node_id, host, port, broker.config.zone)]
+    return [
+        {"node_id": node, "broker_id": node, "host": host, "port": port, "rack": zone}
+        for node, host, port, zone in endpoints
+    ]
+
+
+def _controller_id(broker: MainBroker) -> int:
+    if broker.cluster is not None:
+        return broker.cluster.main_ids[0]
+    return broker.config.node_id
 
 
 async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -60,6 +68,10 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
         getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
     )
     topics_out: list[dict[str, Any]] = []
+    if broker.cluster is not None and (
+        requested is None or any(getattr(t, "name", None) not in store.topics for t in requested)
+    ):
+        await broker.cluster.refresh()  # a topic another main created moments ago
     if requested is None:
         names = sorted(store.topics)
         for topic_name in names:
@@ -95,9 +107,9 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
                 )
                 topics_out.append({"error_code": code, "name": name, "partitions": []})
     return {
-        "brokers": [_broker_entry(broker)],
+        "brokers": _broker_entries(broker),
         "cluster_id": broker.config.cluster_id,
-        "controller_id": broker.config.node_id,
+        "controller_id": _controller_id(broker),
         "topics": topics_out,
     }
 
@@ -115,10 +127,10 @@ def _topic_metadata(broker: MainBroker, name: str) -> dict[str, Any]:
             {
                 "error_code": ErrorCode.none,
                 "partition_index": p.partition,
-                "leader_id": node,
+                "leader_id": node if p.leader_id is None else p.leader_id,
                 "leader_epoch": p.leader_epoch,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
+                "replica_nodes": [node if p.leader_id is None else p.leader_id],
+                "isr_nodes": [node if p.leader_id is None else p.leader_id],
                 "offline_replicas": [],
             }
             for p in state.partitions
@@ -141,7 +153,7 @@ async def create_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> di
         if (err := topic_name_error(name)) is not None:
             result.update(error_code=ErrorCode.invalid_topic_exception, error_message=err)
             continue
-        if name in broker.store.topics:
+        if broker.topic_exists(name):
             result.update(
                 error_code=ErrorCode.topic_already_exists,
                 error_message=f"Topic '{name}' already exists.",
@@ -176,7 +188,14 @@ async def create_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> di
         ]
         if validate_only:
             continue
-        state = await broker.store.create_topic(name, partitions, configs)
+        try:
+            state = await broker.create_topic(name, partitions, configs)
+        except TopicExists:
+            result.update(
+                error_code=ErrorCode.topic_already_exists,
+                error_message=f"Topic '{name}' already exists.",
+            )
+            continue
         result["topic_id"] = _uuid(state.topic_id)
         log.info(
             "created topic %s with %d partitions",
@@ -184,7 +203,6 @@ async def create_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> di
             partitions,
             extra={"topic": name, "partitions": partitions},
         )
-        broker.on_partitions_changed()
     return {"topics": results}
 
 
@@ -340,14 +358,13 @@ async def describe_cluster(broker: MainBroker, ctx: RequestContext, req: Any) ->
         "error_code": ErrorCode.none,
         "endpoint_type": 1,
         "cluster_id": broker.config.cluster_id,
-        "controller_id": broker.config.node_id,
-        "brokers": [_broker_entry(broker)],
+        "controller_id": _controller_id(broker),
+        "brokers": _broker_entries(broker),
         "cluster_authorized_operations": INT32_MIN,
     }
 
 
 async def find_coordinator(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    host, port = broker.config.advertised
     key_type = getattr(req, "key_type", 0)
     keys = list(req.coordinator_keys) if hasattr(req, "coordinator_keys") else [req.key]
     coordinators = []
@@ -364,10 +381,14 @@ async def find_coordinator(broker: MainBroker, ctx: RequestContext, req: Any) ->
                 }
             )
         else:
+            node_id, (host, port) = broker.config.node_id, broker.config.advertised
+            if broker.cluster is not None:
+                peer = broker.cluster.coordinator_for(key)
+                node_id, host, port = peer.node_id, peer.host, peer.port
             coordinators.append(
                 {
                     "key": key,
-                    "node_id": broker.config.node_id,
+                    "node_id": node_id,
                     "host": host,
                     "port": port,
                     "error_code": ErrorCode.none,
@@ -388,4 +409,6 @@ async def init_producer_id(broker: MainBroker, ctx: RequestContext, req: Any) ->
             "producer_epoch": -1,
         }
     pid = await broker.store.allocate_producer_id()
+    if broker.cluster is not None:
+        pid = broker.cluster.producer_id(pid)
     return {"error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": 0}

@@ -94,6 +94,9 @@ async def list_offsets(broker: MainBroker, ctx: RequestContext, req: Any) -> dic
             if plog is None:
                 out["error_code"] = ErrorCode.unknown_topic_or_partition
                 continue
+            if not plog.owned:
+                out["error_code"] = ErrorCode.not_leader_or_follower
+                continue
             epoch_error = leader_epoch_error(
                 plog.leader_epoch, getattr(p, "current_leader_epoch", -1)
             )

@@ -50,6 +50,8 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
                 result.error_code = ErrorCode.invalid_required_acks
             elif plog is None:
                 result.error_code = ErrorCode.unknown_topic_or_partition
+            elif not plog.owned:
+                result.error_code = ErrorCode.not_leader_or_follower
             elif broker.storage_failed:
                 result.error_code = ErrorCode.kafka_storage_error
                 result.error_message = "the broker's WAL failed; restart it to recover"

@@ -27,14 +27,17 @@ from kafka_wire.codec import (
 from kafka_wire.rpc import RpcPeer, RpcServer
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from main_broker import api_cluster, api_fetch, group_handlers
+from main_broker.accounting import MainTraffic
 from main_broker.api_produce import begin_produce
+from main_broker.cluster_role import ClusterRole, TopicExists
 from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.log_store import LogStore
 from main_broker.state_stream import publish_state
+from main_broker.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, MainZoneView
 from shared_wal import WalReader, WalWriter, open_wal_fs
-from telemetry import BrokerMetrics, MetricsRegistry
+from telemetry import UNKNOWN_ZONE, BrokerMetrics, MetricsRegistry
 
 log = logging.getLogger("zonefleet.main_broker")
 
@@ -91,6 +94,7 @@ class MainBroker:
         self.config = config
         self.registry = registry or MetricsRegistry()
         self.metrics = BrokerMetrics.create(self.registry)
+        self.traffic = MainTraffic(config, self.registry)
         self.versions = advertised_versions()
         self.storage_failed = False
         self.ready = False
@@ -109,6 +113,8 @@ class MainBroker:
         self._auto_create_lock = trio.Lock()
         self.confirms = ConfirmSequencer()
         self.rpc_port: int | None = None
+        self.cluster: ClusterRole | None = None
+        self.zone_view = MainZoneView(config) if MainZoneView.applies(config) else None
         self.store: LogStore
         self.coordinator: GroupCoordinator
         self.commit_nursery: trio.Nursery
@@ -118,6 +124,7 @@ class MainBroker:
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         fs = open_wal_fs(cfg.wal_url)
+        self.traffic.attach_wal(fs)
         store_ref: list[LogStore] = []
         wal = await WalWriter.open(
             fs, cfg.wal_writer_id, cfg.wal, snapshot_provider=lambda: store_ref[0].snapshot()
@@ -152,6 +159,12 @@ class MainBroker:
             async with trio.open_nursery() as nursery:
                 self.commit_nursery = nursery
                 await nursery.start(wal.run)
+                await nursery.start(self.traffic.run)
+                if cfg.metadata_url is not None:
+                    self.cluster = ClusterRole(self)
+                    await self.cluster.start()
+                    self.coordinator.owns = self.cluster.owns_group
+                    nursery.start_soon(self.cluster.run)
                 await nursery.start(self.coordinator.run)
                 if cfg.rpc_port is not None:
                     self.rpc_port = await nursery.start(self._serve_rpc)
@@ -175,6 +188,7 @@ class MainBroker:
             self.ready = False
             with trio.CancelScope(shield=True):
                 await wal.aclose()
+                await self.traffic.aclose()
 
     async def _serve_rpc(self, *, task_status: trio.TaskStatus[int]) -> None:
         cfg = self.config
@@ -183,13 +197,23 @@ class MainBroker:
         server = RpcServer(
             cfg.node_id,
             cfg.rpc_secret,
-            {"confirm": self._rpc_confirm, "relay": self._rpc_relay},
+            {
+                "confirm": self._rpc_confirm,
+                "relay": self._rpc_relay,
+                "meta_changed": self._rpc_meta_changed,
+            },
             {"state": self._rpc_state},
+            meter=self.traffic.rpc,
         )
         await server.serve(cfg.host, cfg.rpc_port or 0, task_status=task_status)
 
     async def _rpc_confirm(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         return await handle_confirm(self, params)
+
+    async def _rpc_meta_changed(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
+        if self.cluster is not None:
+            self.cluster.meta.poke()
+        return {}
 
     async def _rpc_state(
         self, peer: RpcPeer, params: dict[str, Any], send: Callable[[Any], Awaitable[None]]
@@ -200,7 +224,9 @@ class MainBroker:
         """A Kafka request a proxy relays for one of its clients; answers the response frame."""
         frame = bytearray(params["frame"])
         header = parse_request_header(frame)
-        conn = ConnectionInfo(str(params.get("host", "?")), 0, 0, f"relay:{peer.node_id}")
+        conn = ConnectionInfo(
+            str(params.get("host", "?")), 0, 0, f"{RELAY_LISTENER_PREFIX}{peer.node_id}"
+        )
         parts = await self.begin(header, frame, conn)()
         return {"frame": b"".join(parts) if parts is not None else None}
 
@@ -212,6 +238,7 @@ class MainBroker:
                 self,
                 max_frame_bytes=self.config.max_request_bytes,
                 max_in_flight=self.config.max_in_flight_per_connection,
+                meter=self.traffic.kafka,
             )
         finally:
             self.metrics.connections.dec()
@@ -235,7 +262,8 @@ class MainBroker:
             "storage_failed": self.storage_failed,
             "bootstrap": ":".join(map(str, self.config.advertised)) if self.bound_port else None,
             "topics": len(store.topics) if store else 0,
-            "partitions": store.partition_count() if store else 0,
+            # The partitions this main leads (with several mains each holds every topic).
+            "partitions": store.led_partition_count() if store else 0,
             "wal_end_offset": store.wal.end_offset if store else 0,
             "uptime_s": round(time.time() - self.started_at, 1),
         }
@@ -251,13 +279,37 @@ class MainBroker:
 
     async def auto_create_topic(self, name: str) -> None:
         async with self._auto_create_lock:
-            if name not in self.store.topics:
+            if name in self.store.topics:
+                return
+            if self.cluster is not None:
+                try:
+                    await self.cluster.create_topic(name, self.config.num_partitions, {})
+                except TopicExists:
+                    return  # another main created it meanwhile; we now hold it too
+            else:
                 await self.store.create_topic(name, self.config.num_partitions, {})
-                log.info("auto-created topic %s", name, extra={"topic": name})
-                self.on_partitions_changed()
+            log.info("auto-created topic %s", name, extra={"topic": name})
+            self.on_partitions_changed()
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Any:
+        """Create a topic in this broker (or, clustered, in the fleet); may raise TopicExists."""
+        if self.cluster is not None:
+            state = await self.cluster.create_topic(name, partitions, configs)
+        else:
+            state = await self.store.create_topic(name, partitions, configs)
+        self.on_partitions_changed()
+        return state
+
+    def topic_exists(self, name: str) -> bool:
+        if self.cluster is not None:
+            return self.cluster.topic_exists(name)
+        return name in self.store.topics
 
     async def delete_topic(self, name: str) -> None:
-        await self.store.delete_topic(name)
+        if self.cluster is not None:
+            await self.cluster.delete_topic(name)
+        else:
+            await self.store.delete_topic(name)
         log.info("deleted topic %s", name, extra={"topic": name})
         self.on_partitions_changed()
 
@@ -332,8 +384,17 @@ class MainBroker:
             )
         else:
             data = await self._handlers[key](self, ctx, request)
+            if self.zone_view is not None and key in ROUTED_APIS:
+                data = self._zone_routed(ctx, key, data)
         response = build_response(key, header.api_version, data)
         return [encode_response(header, response)]
+
+    def _zone_routed(self, ctx: RequestContext, key: int, data: dict[str, Any]) -> dict[str, Any]:
+        if ctx.conn.listener.startswith(RELAY_LISTENER_PREFIX):
+            return data  # the relaying proxy rewrites for its own zone
+        zone = self.traffic.client_zones(ctx.header, ctx.conn)
+        assert self.zone_view is not None
+        return self.zone_view.rewrite(key, data, None if zone == UNKNOWN_ZONE else zone)
 
     def _api_versions_body(self) -> dict[str, Any]:
         return {

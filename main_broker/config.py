@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from main_broker.group_coordinator import GroupConfig
 from shared_wal import WalConfig
+from telemetry import REGIONAL_ZONE
+from zone_router import Node
+
+
+@dataclass(frozen=True)
+class MainPeer:
+    """A main broker of the fleet as its peers and clients reach it."""
+
+    node_id: int
+    zone: str
+    host: str
+    port: int
+    rpc_port: int | None = None
 
 
 @dataclass
@@ -22,6 +36,14 @@ class BrokerConfig:
     rpc_port: int | None = None
     rpc_secret: bytes | None = None
     writer_id: str | None = None
+    # With several mains: every main of the fleet (this one included) and the object store
+    # that holds the cluster metadata document. None: a single main that owns everything.
+    mains: list[MainPeer] = field(default_factory=list)
+    metadata_url: str | None = None
+    metadata_poll_s: float = 0.5
+    # The zone proxies: a client that connects straight to a main still gets the view of its
+    # zone (its zone's main and proxy only) in Metadata, FindCoordinator and DescribeCluster.
+    zone_proxies: list[Node] = field(default_factory=list)
     auto_create_topics: bool = True
     num_partitions: int = 1
     max_request_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
@@ -30,6 +52,15 @@ class BrokerConfig:
     topic_defaults: dict[str, str] = field(default_factory=dict)
     wal: WalConfig = field(default_factory=WalConfig)
     groups: GroupConfig = field(default_factory=GroupConfig)
+    # Traffic accounting (main_broker/accounting.py): JSONL under data_dir/accounting (None:
+    # Prometheus only); the zone the shared FS is booked to; node id -> zone of RPC peers
+    # (proxies; mains come from `mains`); zone name -> AZ id and CIDR -> zone, to resolve the
+    # zone of Kafka clients that connect directly.
+    data_dir: Path | None = None
+    storage_zone: str = REGIONAL_ZONE
+    peer_zones: dict[int, str] = field(default_factory=dict)
+    zones: dict[str, str | None] = field(default_factory=dict)
+    cidrs: dict[str, str] = field(default_factory=dict)
 
     @property
     def wal_writer_id(self) -> str:

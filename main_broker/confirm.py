@@ -127,7 +127,7 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
                 )
                 result.error_code = ErrorCode.kafka_storage_error
                 result.error_message = f"cannot read the prepared payload: {payload}"
-            elif plog is None:
+            elif plog is None or not plog.owned:
                 result.error_code = ErrorCode.not_leader_or_follower
             elif broker.storage_failed:
                 result.error_code = ErrorCode.kafka_storage_error

@@ -7,7 +7,7 @@ import enum
 import logging
 import math
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ REBALANCE_IN_PROGRESS = int(ErrorCode.rebalance_in_progress)
 MEMBER_ID_REQUIRED = int(ErrorCode.member_id_required)
 GROUP_MAX_SIZE_REACHED = int(ErrorCode.group_max_size_reached)
 FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
+NOT_COORDINATOR = int(ErrorCode.not_coordinator)
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 # READ (3), DELETE (6) and DESCRIBE (8): everything a group supports; there are no ACLs here.
@@ -202,6 +203,8 @@ class GroupCoordinator:
         self._wakeup = trio.Event()
         self._next_wake = -math.inf  # until run() starts, nobody needs waking
         self._offsets = OffsetTable(store)
+        # With several main brokers each group has one coordinator; the others refuse it.
+        self.owns: Callable[[str], bool] = lambda group_id: True
 
     # ----------------------------------------------------------------- timers
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -413,6 +416,8 @@ class GroupCoordinator:
         cfg = self.config
         if not group_id:
             return _join_response(INVALID_GROUP_ID, member_id)
+        if not self.owns(group_id):
+            return _join_response(NOT_COORDINATOR, member_id)
         if (
             not cfg.group_min_session_timeout_ms
             <= session_timeout_ms
@@ -564,6 +569,8 @@ class GroupCoordinator:
         """SyncGroup; followers wait here until the leader has sent the assignments."""
         if not group_id:
             return _sync_response(INVALID_GROUP_ID)
+        if not self.owns(group_id):
+            return _sync_response(NOT_COORDINATOR)
         g = self._groups.get(group_id)
         if g is None:
             return _sync_response(UNKNOWN_MEMBER_ID)
@@ -608,6 +615,8 @@ class GroupCoordinator:
         """Heartbeat: keeps the session alive and tells members about a rebalance."""
         if not group_id:
             return {"error_code": INVALID_GROUP_ID}
+        if not self.owns(group_id):
+            return {"error_code": NOT_COORDINATOR}
         g = self._groups.get(group_id)
         if g is None:
             return {"error_code": UNKNOWN_MEMBER_ID}
@@ -624,6 +633,8 @@ class GroupCoordinator:
         """LeaveGroup for a batch of (member_id, group_instance_id)."""
         if not group_id:
             return {"error_code": INVALID_GROUP_ID, "members": []}
+        if not self.owns(group_id):
+            return {"error_code": NOT_COORDINATOR, "members": []}
         g = self._groups.get(group_id)
         results = []
         for member_id, instance_id in members:
@@ -665,7 +676,9 @@ class GroupCoordinator:
         Offsets are (topic, partition, offset, leader_epoch, metadata or None)."""
         g = self._groups.get(group_id)
         error = NONE
-        if g is None:
+        if not self.owns(group_id):
+            error = NOT_COORDINATOR
+        elif g is None:
             if generation_id < 0:
                 g = self._groups[group_id] = _Group(group_id)
                 self._set_empty(g)
@@ -728,6 +741,8 @@ class GroupCoordinator:
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None
     ) -> dict[str, Any]:
         """OffsetFetch for one group; ``topics=None`` means every partition it has offsets for."""
+        if not self.owns(group_id):
+            return {"error_code": NOT_COORDINATOR, "topics": []}
         return self._offsets.fetch(group_id, topics)
 
     # ------------------------------------------------------ List / Describe
@@ -762,7 +777,9 @@ class GroupCoordinator:
         for gid in group_ids:
             g = self._groups.get(gid)
             desc: dict[str, Any] = {
-                "error_code": NONE if gid else INVALID_GROUP_ID,
+                "error_code": (
+                    INVALID_GROUP_ID if not gid else NONE if self.owns(gid) else NOT_COORDINATOR
+                ),
                 "error_message": None,
                 "group_id": gid,
                 "group_state": GroupState.DEAD.value,
@@ -771,7 +788,7 @@ class GroupCoordinator:
                 "members": [],
                 "authorized_operations": ops,
             }
-            if g is not None and gid:
+            if g is not None and gid and desc["error_code"] == NONE:
                 stable = g.state is GroupState.STABLE
                 desc["group_state"] = g.state.value
                 desc["protocol_type"] = g.protocol_type or ""

@@ -118,11 +118,21 @@ class LogStore:
                 for entry in plog.entries:
                     entry.data = None
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicState:
-        topic_id = uuid.uuid4().bytes
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        topic_id: bytes | None = None,
+        leaders: list[int | None] | None = None,
+    ) -> TopicState:
+        """`leaders`: who leads each partition (None: this broker), set before anyone sees it."""
+        topic_id = topic_id or uuid.uuid4().bytes
         header = wal_records.topic_create_header(name, topic_id, partitions, configs)
         ticket = self.wal.submit(RecordType.CONTROL, header)
         state = self._apply_topic_create(name, topic_id, partitions, configs)
+        if leaders is not None:
+            self.set_leaders(name, leaders)
         await ticket.wait()
         return state
 
@@ -148,6 +158,18 @@ class LogStore:
         for watcher in self._watchers:
             watcher.mark_partition(plog)
 
+    def set_leaders(self, name: str, leaders: list[int | None]) -> None:
+        """Who leads each partition (None: this broker); subscribers hear of changes."""
+        state = self.topics[name]
+        changed = False
+        for plog, leader in zip(state.partitions, leaders, strict=True):
+            if plog.leader_id != leader:
+                plog.leader_id = leader
+                changed = True
+                self._partition_changed(plog)
+        if changed:
+            self._topic_changed(name)
+
     def _topic_changed(self, name: str) -> None:
         for watcher in self._watchers:
             watcher.mark_topic(name)
@@ -160,6 +182,9 @@ class LogStore:
 
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())
+
+    def led_partition_count(self) -> int:
+        return sum(p.owned for t in self.topics.values() for p in t.partitions)
 
     # -- produce -----------------------------------------------------------------------------
 

@@ -54,6 +54,12 @@ class PartitionLog:
         self.high_watermark = 0
         self.log_start_offset = 0
         self.producers = ProducerStateTable()
+        # Which main leads the partition: None is this broker. Only the leader appends.
+        self.leader_id: int | None = None
+
+    @property
+    def owned(self) -> bool:
+        return self.leader_id is None
 
     @property
     def entries(self) -> list[BatchEntry]:

@@ -4,7 +4,8 @@ A subscriber first gets one full snapshot, then one frame per coalesced delta: w
 while the previous frame was being sent goes out together in the next one. Frames (msgpack):
 
     {"full": bool, "node": main node id, "writer": WAL writer id, "wal_end": int,
-     "topics": {name: [topic_id (16 bytes), partition count, {explicit configs}]},   # changed/new
+     "topics": {name: [topic_id (16 bytes), partition count, {explicit configs},
+                       [leader main node id per partition]]},                       # changed/new
      "deleted": [name, ...],
      "parts": [[topic, partition, leader_epoch, high_watermark, last_stable_offset,
                 log_start_offset, log_end_offset], ...]}                               # changed
@@ -69,7 +70,15 @@ def _frame(
         "node": node_id,
         "writer": store.wal_writer_id,
         "wal_end": store.wal.end_offset,
-        "topics": {n: [t.topic_id, len(t.partitions), t.configs] for n, t in live.items()},
+        "topics": {
+            n: [
+                t.topic_id,
+                len(t.partitions),
+                t.configs,
+                [node_id if p.leader_id is None else p.leader_id for p in t.partitions],
+            ]
+            for n, t in live.items()
+        },
         "deleted": sorted(topics - set(live)),
         # Partitions of a topic deleted meanwhile are no longer served.
         "parts": [

@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from kafka_wire.codec import (
+    MalformedRequest,
     RequestHeader,
     build_response,
     decode_request,
@@ -34,10 +35,12 @@ from kafka_wire.server_loop import (
     Finish,
     serve_connection,
 )
+from proxy_broker.accounting import ProxyTraffic
 from proxy_broker.config import ProxyConfig
 from proxy_broker.confirm_pipe import ConfirmPipe
 from proxy_broker.mirror import MainMirror, MirrorCache, MirrorPartition, MirrorTopic
 from proxy_broker.produce import begin_produce
+from proxy_broker.relay_plan import plan_relay
 from shared_wal import WalPosition, WalWriter, open_wal_fs
 from shared_wal.batch_reader import BatchReader
 from telemetry import BrokerMetrics, MetricsRegistry
@@ -71,12 +74,15 @@ class ProxyBroker:
         self.config = config
         self.registry = registry or MetricsRegistry()
         self.metrics = BrokerMetrics.create(self.registry)
+        self.traffic = ProxyTraffic(config, self.registry)
         self.ready = False
         self.bound_port: int | None = None
         self.started_at = time.time()
         self.data_arrived = trio.Event()
         self.rpcs = {
-            m.node_id: RpcClient(config.node_id, config.rpc_secret, m.host, m.rpc_port)
+            m.node_id: RpcClient(
+                config.node_id, config.rpc_secret, m.host, m.rpc_port, meter=self.traffic.rpc
+            )
             for m in config.mains
         }
         self.pipes = {
@@ -107,6 +113,7 @@ class ProxyBroker:
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         fs = open_wal_fs(cfg.wal_url)
+        self.traffic.attach_wal(fs)
         self.wal = await WalWriter.open(fs, cfg.writer_id, cfg.wal)
         self.batches = BatchReader(fs)
         cache = MirrorCache(cfg.mirror_cache_bytes)
@@ -124,6 +131,7 @@ class ProxyBroker:
             async with trio.open_nursery() as nursery:
                 self.background = nursery
                 await nursery.start(self.wal.run)
+                await nursery.start(self.traffic.run)
                 for node, mirror in self.mirrors.items():
                     nursery.start_soon(mirror.run)
                     nursery.start_soon(self.pipes[node].run)
@@ -153,6 +161,7 @@ class ProxyBroker:
                 await self.wal.aclose()
                 for rpc in self.rpcs.values():
                     await rpc.aclose()
+                await self.traffic.aclose()
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         self.metrics.connections.inc()
@@ -162,6 +171,7 @@ class ProxyBroker:
                 self,
                 max_frame_bytes=self.config.max_request_bytes,
                 max_in_flight=self.config.max_in_flight_per_connection,
+                meter=self.traffic.kafka,
             )
         finally:
             self.metrics.connections.dec()
@@ -173,8 +183,13 @@ class ProxyBroker:
             "zone": self.config.zone,
             "ready": self.ready,
             "mains": {node: m.connected for node, m in self.mirrors.items()},
-            "partitions": sum(
-                len(t.partitions) for m in self.mirrors.values() for t in m.topics.values()
+            "partitions": len(
+                {
+                    (n, p)
+                    for m in self.mirrors.values()
+                    for n, t in m.topics.items()
+                    for p in range(len(t.partitions))
+                }
             ),
             "uptime_s": round(time.time() - self.started_at, 1),
         }
@@ -190,11 +205,29 @@ class ProxyBroker:
     # -- mirror plumbing -----------------------------------------------------------------------
 
     def owner_of(self, topic: str, partition: int) -> int | None:
+        """The main that leads the partition, as the mains published it."""
         for node, mirror in self.mirrors.items():
             mt = mirror.topics.get(topic)
             if mt is not None and 0 <= partition < len(mt.partitions):
-                return node
+                leader = mt.leaders[partition] if partition < len(mt.leaders) else node
+                return leader if leader in self.mirrors else None
         return None
+
+    def _leader_view(self, mt: MirrorTopic) -> MirrorTopic:
+        """The topic with each partition taken from its leader's mirror."""
+        view = MirrorTopic(mt.name, mt.topic_id, mt.configs)
+        view.leaders = mt.leaders
+        for p, part in enumerate(mt.partitions):
+            leader = mt.leaders[p] if p < len(mt.leaders) else part.owner
+            lt = self.mirrors[leader].topics.get(mt.name) if leader in self.mirrors else None
+            if lt is not None and lt.topic_id == mt.topic_id and p < len(lt.partitions):
+                view.partitions.append(lt.partitions[p])
+            else:
+                # The leader's own stream has not shown it yet: a retriable error meanwhile.
+                missing = MirrorPartition(mt.name, p, leader)
+                missing.owned = False
+                view.partitions.append(missing)
+        return view
 
     def remember_prepared(self, position: WalPosition, payload: memoryview) -> None:
         self._prepared[(position.segment, position.position)] = payload
@@ -215,14 +248,14 @@ class ProxyBroker:
         for mirror in self.mirrors.values():
             topic = mirror.topics.get(name)
             if topic is not None:
-                return topic
+                return self._leader_view(topic)
         return None
 
     def topic_by_id(self, topic_id: bytes) -> MirrorTopic | None:
         for mirror in self.mirrors.values():
             for topic in mirror.topics.values():
                 if topic.topic_id == topic_id:
-                    return topic
+                    return self._leader_view(topic)
         return None
 
     async def batch_bytes(self, entry: Any) -> Buffer:
@@ -232,7 +265,8 @@ class ProxyBroker:
         self.metrics.bytes_out.labels(topic).inc(nbytes)
 
     def partition(self, topic: str, partition: int) -> MirrorPartition | None:
-        mt = self.topic_by_name(topic)
+        leader = self.owner_of(topic, partition)
+        mt = self.mirrors[leader].topics.get(topic) if leader is not None else None
         if mt is None or not 0 <= partition < len(mt.partitions):
             return None
         return mt.partitions[partition]
@@ -267,20 +301,41 @@ class ProxyBroker:
 
     async def _relay(self, ctx: RequestContext, frame: bytes) -> Sequence[Buffer] | None:
         header = ctx.header
-        target = self._relay_target()
         try:
-            result = await self.rpcs[target].call(
-                "relay",
-                {"frame": frame, "host": ctx.conn.peer_host},
-                timeout=RELAY_TIMEOUT_S,
-                retries=1,
-                idempotent=header.api_key != API_PRODUCE,
+            plan = plan_relay(
+                header, frame, sorted(self.mirrors), self._relay_target(), self.owner_of
             )
-        except RpcError as exc:
-            raise CloseConnection(
-                f"relay of api {header.api_key} to main {target} failed: {exc}"
-            ) from None
-        response: bytes | None = result["frame"]
+        except MalformedRequest as exc:
+            raise CloseConnection(f"malformed api {header.api_key} request: {exc}") from None
+        responses: list[bytes | None] = [None] * len(plan.calls)
+
+        async def call(i: int, target: int, sub_frame: bytes) -> None:
+            try:
+                result = await self.rpcs[target].call(
+                    "relay",
+                    {"frame": sub_frame, "host": ctx.conn.peer_host},
+                    timeout=RELAY_TIMEOUT_S,
+                    retries=1,
+                    idempotent=header.api_key != API_PRODUCE,
+                )
+            except RpcError as exc:
+                raise CloseConnection(
+                    f"relay of api {header.api_key} to main {target} failed: {exc}"
+                ) from None
+            responses[i] = result["frame"]
+
+        if len(plan.calls) == 1:
+            await call(0, *plan.calls[0])
+        else:
+            async with trio.open_nursery() as nursery:
+                for i, (target, sub_frame) in enumerate(plan.calls):
+                    nursery.start_soon(call, i, target, sub_frame)
+        if plan.merge is None:
+            response = responses[0]
+        elif any(r is None for r in responses):
+            response = None
+        else:
+            response = plan.merge([r for r in responses if r is not None])
         if response is None:
             return None
         if header.api_key in REWRITTEN:

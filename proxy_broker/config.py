@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from shared_wal import WalConfig
+from telemetry import REGIONAL_ZONE
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,10 @@ class ProxyConfig:
     mirror_cache_bytes: int = 256 * 1024 * 1024
     confirm_timeout_s: float = 10.0
     wal: WalConfig = field(default_factory=WalConfig)
+    # Traffic accounting (proxy_broker/accounting.py): JSONL under data_dir/accounting (None:
+    # Prometheus only) and the zone the shared FS is booked to.
+    data_dir: Path | None = None
+    storage_zone: str = REGIONAL_ZONE
 
     @property
     def writer_id(self) -> str:

@@ -36,6 +36,7 @@ class MirrorPartition:
         self.topic = topic
         self.partition = partition
         self.owner = owner
+        self.owned = True  # the proxy serves a partition only from its leader's mirror
         self.leader_epoch = 0
         self.high_watermark = 0
         self.last_stable_offset = 0
@@ -67,6 +68,7 @@ class MirrorTopic:
         self.topic_id = topic_id
         self.configs = configs
         self.partitions: list[MirrorPartition] = []
+        self.leaders: list[int] = []  # main node id per partition, as the main published
 
 
 class MirrorCache:
@@ -142,11 +144,12 @@ class MainMirror:
                 del self.topics[name]
         for name in frame["deleted"]:
             self.topics.pop(name, None)
-        for name, (topic_id, count, configs) in frame["topics"].items():
+        for name, (topic_id, count, configs, *rest) in frame["topics"].items():
             topic = self.topics.get(name)
             if topic is None or topic.topic_id != topic_id:
                 topic = self.topics[name] = MirrorTopic(name, topic_id, configs)
             topic.configs = configs
+            topic.leaders = list(rest[0]) if rest else [self.main.node_id] * count
             while len(topic.partitions) < count:
                 topic.partitions.append(
                     MirrorPartition(name, len(topic.partitions), self.main.node_id)

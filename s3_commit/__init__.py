@@ -1,3 +1,19 @@
-"""S3 commit: moves WAL data into S3 objects, reads it back, and owns the object-store
-interface. (Arrives with the diskless-storage issue.)
+"""S3 commit: the object-store interface (conditional puts for cluster metadata), and, with
+the diskless-storage issue, moving WAL data into S3 objects and reading it back.
 """
+
+from s3_commit.object_store import (
+    FileObjectStore,
+    ObjectStore,
+    ObjectStoreError,
+    PreconditionFailed,
+    open_object_store,
+)
+
+__all__ = [
+    "FileObjectStore",
+    "ObjectStore",
+    "ObjectStoreError",
+    "PreconditionFailed",
+    "open_object_store",
+]

@@ -2,6 +2,7 @@
 group-committed appends, crash recovery with torn-tail truncation, and tailing readers.
 """
 
+from shared_wal.io_hook import IoHook, set_io_hook
 from shared_wal.reader import WalReader, list_writers
 from shared_wal.record import (
     CorruptRecord,
@@ -19,6 +20,7 @@ from shared_wal.writer import AppendTicket, WalConfig, WalWriter
 __all__ = [
     "AppendTicket",
     "CorruptRecord",
+    "IoHook",
     "OffsetOutOfRange",
     "RecordType",
     "SegmentNotFound",
@@ -31,5 +33,6 @@ __all__ = [
     "encode_record",
     "list_writers",
     "open_wal_fs",
+    "set_io_hook",
     "sync_file",
 ]

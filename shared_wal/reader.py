@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from shared_wal import storage
+from shared_wal.io_hook import count_io
 from shared_wal.record import (
     LENGTH,
     MIN_BODY,
@@ -71,6 +72,7 @@ class WalReader:
                 position=position.position,
             )
         data = self._pread(position.segment, position.position, position.length)
+        count_io(self.fs, "read", len(data))
         if len(data) < position.length:
             raise CorruptRecord(
                 f"{where}: segment ends {position.length - len(data)} bytes before the record ends",
@@ -214,9 +216,13 @@ class WalReader:
                 size = storage.file_size(f)
                 limit = size if end_offset is None else min(size, end_offset - segment)
                 scan = SegmentScan(f, self.writer_id, segment, offset - segment, limit)
-                for record in scan:
-                    offset = record.position.end_offset
-                    yield record
+                start = scan.stop
+                try:
+                    for record in scan:
+                        offset = record.position.end_offset
+                        yield record
+                finally:
+                    count_io(self.fs, "scan", scan.stop - start)
             if scan.problem is not None:
                 cut_by_end = end_offset is not None and limit < size
                 if scan.incomplete and cut_by_end:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from shared_wal import storage
+from shared_wal.io_hook import count_io
 from shared_wal.scan import SegmentScan
 from shared_wal.storage import FS
 
@@ -42,6 +43,7 @@ def recover(fs: FS, writer_id: str) -> RecoveredLog:
             scan = SegmentScan(f, writer_id, segment, 0, size)
             for _ in scan:
                 pass
+            count_io(fs, "scan", scan.stop)
             if scan.problem is not None:
                 log.warning(
                     "WAL recovery: %s: truncating at byte %d of %d (%s bytes dropped): %s",

@@ -12,6 +12,7 @@ from typing import IO, Any
 import trio
 
 from shared_wal import storage
+from shared_wal.io_hook import count_io
 from shared_wal.reader import WalReader
 from shared_wal.record import (
     OVERHEAD,
@@ -325,6 +326,7 @@ class WalWriter:
             if payload.nbytes:
                 buffers.append(payload)
         written = storage.write_buffers(self._file, buffers)
+        count_io(self.fs, "write", written)
         if written != group.nbytes:
             raise WalError(f"group of {group.nbytes} bytes wrote {written}")
         storage.sync_file(self._file)

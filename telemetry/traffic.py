@@ -1,38 +1,72 @@
 """Traffic accounting: bytes and requests by (from zone, to zone, channel, api).
 
 Every record bumps two Prometheus counters and a per-minute aggregate. `flush` closes the
-minutes that have ended and hands their rows to a sink (JSON Lines on disk), which the cost
-reports read. Row format (one JSON object per line, keys in this order)::
+minutes that have ended and hands their rows to a sink (JSON Lines on disk, see
+`telemetry.traffic_sink`), which the cost reports read. Row format (one JSON object per line,
+keys in this order; docs/formats.md "Traffic accounting" is the reference)::
 
-    {"minute": "2026-11-22T10:31:00Z", "node": "main-1", "from_zone": "use1-az1",
-     "to_zone": "use1-az2", "channel": "confirm", "api": "produce", "bytes": 1234,
-     "requests": 10, "cross_zone": true}
+    {"minute":"2026-11-22T10:31:00Z","node":"main-1","from_zone":"az1","to_zone":"az2",
+     "channel":"confirm-rpc","api":"confirm","bytes":1234,"requests":10,"cross_zone":true}
+
+`record` may be called from worker threads (the shared-WAL hook runs there): a plain lock
+guards the per-key totals, which costs far less than the request it counts.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import trio
 
 from telemetry.metrics import CounterChild, MetricsRegistry
 
 __all__ = [
-    "JsonlTrafficSink",
+    "CHANNEL_CONFIRM_RPC",
+    "CHANNEL_KAFKA_CLIENT",
+    "CHANNEL_RELAY",
+    "CHANNEL_RPC",
+    "CHANNEL_S3_GET",
+    "CHANNEL_S3_PUT",
+    "CHANNEL_STATE_STREAM",
+    "CHANNEL_WAL_READ",
+    "CHANNEL_WAL_WRITE",
+    "PSEUDO_ZONES",
+    "REGIONAL_ZONE",
+    "UNKNOWN_ZONE",
     "TrafficAccounting",
     "TrafficKey",
     "TrafficSink",
     "minute_iso",
 ]
 
+log = logging.getLogger("zonefleet.telemetry")
+
 TRAFFIC_LABELS = ("from_zone", "to_zone", "channel", "api")
+MAX_UNWRITTEN_ROWS: Final = 100_000
+
+CHANNEL_KAFKA_CLIENT: Final = "kafka-client"  # a Kafka listener; api = Kafka API name
+CHANNEL_CONFIRM_RPC: Final = "confirm-rpc"  # requests = partitions confirmed
+CHANNEL_STATE_STREAM: Final = "state-stream"
+CHANNEL_RELAY: Final = "relay"  # api = Kafka API name of the relayed request
+CHANNEL_RPC: Final = "rpc"  # other internal RPC (handshakes, control calls); api = method
+CHANNEL_WAL_WRITE: Final = "wal-write"
+CHANNEL_WAL_READ: Final = "wal-read"
+CHANNEL_S3_PUT: Final = "s3-put"  # reserved for s3_commit
+CHANNEL_S3_GET: Final = "s3-get"  # reserved for s3_commit
+
+# The shared file system and the object store are regional services by default (DESIGN.md:
+# "a regional shared file system"; S3 in the region costs no transfer), so their traffic is
+# booked to this pseudo-zone rather than to an AZ. A fleet may name a real AZ instead.
+REGIONAL_ZONE: Final = "regional"
+# A Kafka client whose zone no rule resolves.
+UNKNOWN_ZONE: Final = "unknown"
+PSEUDO_ZONES: Final = frozenset({REGIONAL_ZONE, UNKNOWN_ZONE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +78,12 @@ class TrafficKey:
 
     @property
     def cross_zone(self) -> bool:
-        return self.from_zone != self.to_zone
+        """Both ends are real zones and they differ (pseudo-zones never count as crossing)."""
+        return (
+            self.from_zone != self.to_zone
+            and self.from_zone not in PSEUDO_ZONES
+            and self.to_zone not in PSEUDO_ZONES
+        )
 
 
 class TrafficSink(Protocol):
@@ -56,7 +95,9 @@ class _Slot:
 
     __slots__ = ("bytes", "bytes_child", "key", "requests", "requests_child")
 
-    def __init__(self, key: TrafficKey, bytes_child: CounterChild, requests_child: CounterChild):
+    def __init__(
+        self, key: TrafficKey, bytes_child: CounterChild, requests_child: CounterChild
+    ) -> None:
         self.key = key
         self.bytes_child = bytes_child
         self.requests_child = requests_child
@@ -94,23 +135,47 @@ class TrafficAccounting:
             TRAFFIC_LABELS,
         )
         self._slots: dict[tuple[str, str, str, str], _Slot] = {}
+        self._lock = threading.Lock()
         self._minute = int(clock() // 60)
         # Minutes that ended but were not flushed yet: minute -> {key: (bytes, requests)}.
         self._closed: dict[int, dict[TrafficKey, tuple[int, int]]] = {}
+        self._unwritten: list[dict[str, Any]] = []
 
-    def record(self, from_zone: str, to_zone: str, channel: str, api: str, nbytes: int) -> None:
-        """Count one request of `nbytes` bytes sent from `from_zone` to `to_zone`."""
+    def record(
+        self,
+        from_zone: str,
+        to_zone: str,
+        channel: str,
+        api: str,
+        nbytes: int,
+        requests: int = 1,
+    ) -> None:
+        """Count `requests` requests totalling `nbytes` bytes sent from `from_zone` to `to_zone`.
+
+        Thread-safe. Counters only go up: negative values raise ValueError.
+        """
+        if nbytes < 0 or requests < 0:
+            raise ValueError("traffic counts only go up")
         minute = int(self._clock() // 60)
-        # A clock stepping backwards is charged to the open minute rather than reopening one.
-        if minute > self._minute:
-            self._roll(minute)
-        slot = self._slots.get((from_zone, to_zone, channel, api))
-        if slot is None:
-            slot = self._new_slot(from_zone, to_zone, channel, api)
-        slot.bytes += nbytes
-        slot.requests += 1
-        slot.bytes_child.inc(nbytes)
-        slot.requests_child.inc()
+        with self._lock:
+            # A clock stepping backwards is charged to the open minute rather than reopening one.
+            if minute > self._minute:
+                self._roll(minute)
+            slot = self._slots.get((from_zone, to_zone, channel, api))
+            if slot is None:
+                slot = self._new_slot(from_zone, to_zone, channel, api)
+            slot.bytes += nbytes
+            slot.requests += requests
+            slot.bytes_child.inc(nbytes)
+            slot.requests_child.inc(requests)
+
+    def totals(self) -> dict[TrafficKey, tuple[int, int]]:
+        """Cumulative (bytes, requests) per key since start, as Prometheus exposes them."""
+        with self._lock:
+            return {
+                slot.key: (int(slot.bytes_child.value), int(slot.requests_child.value))
+                for slot in self._slots.values()
+            }
 
     def _new_slot(self, from_zone: str, to_zone: str, channel: str, api: str) -> _Slot:
         values = (from_zone, to_zone, channel, api)
@@ -145,14 +210,16 @@ class TrafficAccounting:
         """
         now = self._clock() if now_s is None else now_s
         minute = int(now // 60)
-        if minute > self._minute:
-            self._roll(minute)
-        elif include_open:
-            self._roll(self._minute)
+        with self._lock:
+            if minute > self._minute:
+                self._roll(minute)
+            elif include_open:
+                self._roll(self._minute)
+            closed, self._closed = self._closed, {}
         rows: list[dict[str, Any]] = []
-        for m in sorted(self._closed):
+        for m in sorted(closed):
             when = minute_iso(m)
-            totals = self._closed[m]
+            totals = closed[m]
             for key in sorted(totals, key=_key_order):
                 nbytes, nreq = totals[key]
                 rows.append(
@@ -168,16 +235,19 @@ class TrafficAccounting:
                         "cross_zone": key.cross_zone,
                     }
                 )
-        self._closed.clear()
         return rows
 
     def flush(
         self, now_s: float | None = None, *, include_open: bool = False
     ) -> list[dict[str, Any]]:
-        """Close finished minutes; write their rows to the sink (blocking) and return them."""
-        rows = self.collect(now_s, include_open=include_open)
+        """Close finished minutes; write their rows to the sink (blocking) and return them.
+
+        Rows a failed write could not store are kept and written with the next flush.
+        """
+        rows = self._unwritten + self.collect(now_s, include_open=include_open)
+        self._unwritten = []
         if rows and self.sink is not None:
-            self.sink.write(rows)
+            self._write(self.sink.write, rows)
         return rows
 
     async def flush_async(
@@ -188,11 +258,29 @@ class TrafficAccounting:
         limiter: trio.CapacityLimiter | None = None,
     ) -> list[dict[str, Any]]:
         """Like `flush`, but the sink write runs in a worker thread (collection stays here)."""
-        rows = self.collect(now_s, include_open=include_open)
+        rows = self._unwritten + self.collect(now_s, include_open=include_open)
+        self._unwritten = []
         sink = self.sink
         if rows and sink is not None:
-            await trio.to_thread.run_sync(sink.write, rows, limiter=limiter)
+            try:
+                await trio.to_thread.run_sync(sink.write, rows, limiter=limiter)
+            except BaseException:
+                self._keep_unwritten(rows)
+                raise
         return rows
+
+    def _write(
+        self, write: Callable[[list[dict[str, Any]]], None], rows: list[dict[str, Any]]
+    ) -> None:
+        try:
+            write(rows)
+        except BaseException:
+            self._keep_unwritten(rows)
+            raise
+
+    def _keep_unwritten(self, rows: list[dict[str, Any]]) -> None:
+        # Bounded: a sink that never recovers must not grow the heap without limit.
+        self._unwritten = rows[-MAX_UNWRITTEN_ROWS:]
 
     async def run_flusher(
         self,
@@ -201,32 +289,25 @@ class TrafficAccounting:
         limiter: trio.CapacityLimiter | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Flush every `interval_s` until cancelled; on cancellation flush everything left."""
+        """Flush every `interval_s` until cancelled; on cancellation flush everything left.
+
+        A failing sink is logged and retried on the next tick; it never stops the node.
+        """
         task_status.started()
         try:
             while True:
                 await trio.sleep(interval_s)
-                await self.flush_async(limiter=limiter)
+                try:
+                    await self.flush_async(limiter=limiter)
+                except Exception:
+                    log.exception("traffic accounting: writing rows of %s failed", self.node_id)
         finally:
             with trio.CancelScope(shield=True):
-                await self.flush_async(include_open=True, limiter=limiter)
+                try:
+                    await self.flush_async(include_open=True, limiter=limiter)
+                except Exception:
+                    log.exception("traffic accounting: final flush of %s failed", self.node_id)
 
 
 def _key_order(key: TrafficKey) -> tuple[str, str, str, str]:
     return (key.from_zone, key.to_zone, key.channel, key.api)
-
-
-class JsonlTrafficSink:
-    """Appends rows as JSON Lines to one file (created with its directory if missing)."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
-        # One write call per batch keeps a batch contiguous even with several appenders.
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(data)

@@ -31,6 +31,7 @@ class MemPartition:
         self.high_watermark = 0
         self.last_stable_offset = 0
         self.log_start_offset = 0
+        self.owned = True
         self.index = BatchIndex()
 
     @property
@@ -214,6 +215,18 @@ async def test_unknown_topics_and_partitions() -> None:
     assert parts[(uuid.UUID(bytes=topic.topic_id), 3)].error_code == (
         ErrorCode.unknown_topic_or_partition
     )
+
+
+async def test_a_partition_led_elsewhere_is_not_served() -> None:
+    topic = MemTopic("t", 2)
+    topic.partitions[1].owned = False
+    resp = await _fetch(
+        MemSource(topic), 13, _request(13, [(topic, [(0, 0, 100, -1), (1, 0, 100, -1)])])
+    )
+    parts = _parts(resp)
+    key = uuid.UUID(bytes=topic.topic_id)
+    assert parts[(key, 0)].error_code == ErrorCode.none
+    assert parts[(key, 1)].error_code == ErrorCode.not_leader_or_follower
 
 
 async def test_long_poll_wakes_when_data_arrives(autojump_clock: trio.abc.Clock) -> None:

@@ -23,7 +23,7 @@ from fleet.config import local_zones_fleet_toml
 from tests.fleet_process import ZONEFLEET, FleetProcess, free_port_block
 
 ZONES = 3
-PORTS = 10 * ZONES + 2  # the documented layout of `up --zones N`
+PORTS = 10 * ZONES + 5  # the documented layout of `up --zones N`: base .. base+10N+4
 
 
 def zonefleet(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
@@ -102,32 +102,33 @@ def test_up_zones_serves_each_zone_through_its_proxy(zones_fleet: FleetProcess) 
     topic = f"cli-{uuid.uuid4().hex[:8]}"
     values, meta = _round_trip(zones_fleet.zones["az2"], topic, 500)
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(500))
-    # The az2 client sees only the az2 proxy.
-    assert set(meta.brokers) == {102}
-    assert {p.leader for p in meta.topics[topic].partitions.values()} == {102}
+    # The az2 client sees only az2's nodes: its main broker and its proxy.
+    assert set(meta.brokers) == {2, 102}
+    assert {p.leader for p in meta.topics[topic].partitions.values()} <= {2, 102}
 
     rows = status_json("--data-dir", str(zones_fleet.data_dir))
     by_id = {r["node_id"]: r for r in rows}
-    assert sorted(by_id) == [1, 101, 102, 103]
+    assert sorted(by_id) == [1, 2, 3, 101, 102, 103]
     assert by_id[1]["role"] == "main" and by_id[102]["role"] == "proxy"
     assert {r["zone"] for r in rows} == {"az1", "az2", "az3"}
     assert by_id[103]["zone"] == "az3"
     assert all(r["health"] == "ok" and r["healthy"] for r in rows)
-    # Every node knows the topic's two partitions (the proxies through their mirrors).
-    assert all(r["partitions"] == 2 for r in rows)
+    # The mains lead the topic's two partitions between them; every proxy serves both.
+    assert sum(by_id[n]["partitions"] for n in (1, 2, 3)) == 2
+    assert all(by_id[n]["partitions"] == 2 for n in (101, 102, 103))
     assert by_id[102]["admin"] == f"127.0.0.1:{base + 21}"
 
     table = zonefleet("status", "--data-dir", str(zones_fleet.data_dir))
     assert table.returncode == 0
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["NODE", "ZONE", "ROLE", "HEALTH", "PARTITIONS", "ADMIN"]
-    assert lines[3].split()[:5] == ["102", "az2", "proxy", "ok", "2"]
+    assert lines[5].split()[:5] == ["102", "az2", "proxy", "ok", "2"]
 
     assert zones_fleet.stop() == 0  # SIGTERM: clean exit
     down = status_json("--data-dir", str(zones_fleet.data_dir), "--timeout", "0.5")
     assert [(r["health"], r["healthy"], r["partitions"]) for r in down] == [
         ("down", False, None)
-    ] * 4
+    ] * 6
 
 
 def _wait_healthy(admin_port: int, proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
@@ -157,25 +158,26 @@ def test_main_broker_and_proxy_as_separate_processes(tmp_path: Path) -> None:
     base = free_port_block(PORTS)
     config = tmp_path / "fleet.toml"
     config.write_text(local_zones_fleet_toml(tmp_path, base, ZONES, "cd" * 32))
-    procs = [_spawn("main-broker", "--config", str(config))]
+    procs = [_spawn("main-broker", "--config", str(config), "--node-id", str(k)) for k in (1, 2, 3)]
     try:
-        _wait_healthy(base + 1, procs[0])
+        for k, proc in enumerate(procs, start=1):
+            _wait_healthy(base + 10 * k + 3, proc)
         procs.append(_spawn("proxy", "--config", str(config), "--node-id", "102"))
-        _wait_healthy(base + 21, procs[1])
+        _wait_healthy(base + 21, procs[-1])
         rows = {r["node_id"]: r for r in status_json("--config", str(config))}
-        assert rows[1]["health"] == "ok" and rows[102]["health"] == "ok"
-        assert rows[102]["status"]["mains"] == {"1": True}
+        assert all(rows[n]["health"] == "ok" for n in (1, 2, 3, 102))
+        assert rows[102]["status"]["mains"] == {"1": True, "2": True, "3": True}
         # Proxies 101 and 103 were never started: shown as down, not an error.
         assert rows[101]["health"] == rows[103]["health"] == "down"
 
         topic = f"sep-{uuid.uuid4().hex[:8]}"
         values, meta = _round_trip(f"127.0.0.1:{base + 20}", topic, 50)
-        assert len(values) == 50 and set(meta.brokers) == {102}
+        assert len(values) == 50 and set(meta.brokers) == {2, 102}
     finally:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGINT)  # Ctrl-C
         codes = [proc.wait(15) for proc in procs]
-    assert codes == [0, 0]
+    assert codes == [0, 0, 0, 0]
 
 
 def test_configuration_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

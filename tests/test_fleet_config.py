@@ -104,13 +104,18 @@ def test_local_zones_fleet_layout(tmp_path: Path) -> None:
     text = local_zones_fleet_toml(tmp_path, 30000, 3, "ab" * 32)
     config = parse(text, tmp_path, discover=no_discovery)
     assert [z.name for z in config.zones] == ["az1", "az2", "az3"]
-    (main,) = config.mains
-    assert (main.broker.zone, main.broker.port, main.admin_port, main.broker.rpc_port) == (
-        "az1",
-        30000,
-        30001,
-        30002,
-    )
+    assert [
+        (m.broker.node_id, m.broker.zone, m.broker.port, m.admin_port, m.broker.rpc_port)
+        for m in config.mains
+    ] == [
+        (1, "az1", 30012, 30013, 30014),
+        (2, "az2", 30022, 30023, 30024),
+        (3, "az3", 30032, 30033, 30034),
+    ]
+    main = config.mains[0]
+    # Every main knows every main, and they share one cluster metadata document.
+    assert [p.node_id for p in main.broker.mains] == [1, 2, 3]
+    assert {m.broker.metadata_url for m in config.mains} == {f"file://{tmp_path / 'metadata'}"}
     assert [
         (p.proxy.node_id, p.proxy.zone, p.proxy.port, p.admin_port) for p in config.proxies
     ] == [

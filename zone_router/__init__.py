@@ -7,6 +7,7 @@ Metrics are plain values the caller reads: ``ZoneResolver.unknown_values`` /
 """
 
 from zone_router.client_id import ZONE_MARKERS, parse_client_id_markers, parse_client_id_zone
+from zone_router.placement import group_coordinator, place_partitions
 from zone_router.resolver import OTHER_UNKNOWN, CidrZoneMap, Source, ZoneDecision, ZoneResolver
 from zone_router.rewrite import (
     ClientView,
@@ -42,8 +43,10 @@ __all__ = [
     "ZoneMap",
     "ZoneResolver",
     "client_view",
+    "group_coordinator",
     "parse_client_id_markers",
     "parse_client_id_zone",
+    "place_partitions",
     "preferred_read_replica",
     "rewrite_describe_cluster",
     "rewrite_find_coordinator",

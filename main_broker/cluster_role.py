@@ -1,0 +1,163 @@
+"""A main broker's part in a fleet of several mains.
+
+Topics and the partition-to-main assignment live in the cluster metadata document in the
+object store. Every main holds every topic's partition logs, but appends only to the
+partitions it leads; the others answer NOT_LEADER_OR_FOLLOWER. Group coordination is split by
+a hash of the group id that proxies compute the same way (zone_router.placement).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+import trio
+
+from kafka_wire.rpc import RpcClient, RpcError
+from main_broker.cluster_doc import ClusterDoc, TopicExists
+from main_broker.cluster_sync import ClusterMetadata
+from main_broker.config import MainPeer
+from main_broker.log_store import TopicState
+from s3_commit import open_object_store
+from zone_router import group_coordinator
+
+if TYPE_CHECKING:
+    from main_broker.broker import MainBroker
+
+log = logging.getLogger("zonefleet.main_broker.cluster")
+
+# Producer ids are striped by node id so that mains never hand out the same one.
+PRODUCER_ID_STRIDE = 4096
+POKE_TIMEOUT_S = 2.0
+
+
+class ClusterRole:
+    def __init__(self, broker: MainBroker) -> None:
+        cfg = broker.config
+        if cfg.metadata_url is None:
+            raise ValueError("a clustered main broker needs metadata_url")
+        self.broker = broker
+        self.node_id = cfg.node_id
+        peers = {m.node_id: m for m in cfg.mains}
+        if self.node_id not in peers:
+            host, port = cfg.advertised
+            peers[self.node_id] = MainPeer(cfg.node_id, cfg.zone, host, port, cfg.rpc_port)
+        if any(not 0 <= n < PRODUCER_ID_STRIDE for n in peers):
+            raise ValueError(f"main broker node ids must be in 0..{PRODUCER_ID_STRIDE - 1}")
+        self.mains = [peers[n] for n in sorted(peers)]
+        self.main_ids = [m.node_id for m in self.mains]
+        self.meta = ClusterMetadata(
+            open_object_store(cfg.metadata_url), cfg.cluster_id, self._apply, cfg.metadata_poll_s
+        )
+        self._apply_lock = trio.Lock()
+        self._peer_rpcs = {
+            m.node_id: RpcClient(cfg.node_id, cfg.rpc_secret, m.host, m.rpc_port)
+            for m in self.mains
+            if m.node_id != self.node_id and m.rpc_port is not None and cfg.rpc_secret
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the document (adopting topics only this WAL knows when there is none yet)."""
+        await self.meta.refresh()
+        store = self.broker.store
+        if not self.meta.exists and store.topics:
+            local = {n: (t.topic_id, len(t.partitions), t.configs) for n, t in store.topics.items()}
+
+            def adopt(doc: ClusterDoc) -> ClusterDoc:
+                for name, (topic_id, count, configs) in local.items():
+                    if name not in doc.topics:
+                        doc = doc.with_topic(name, topic_id, count, configs, [self.node_id])
+                return doc
+
+            await self.meta.update(adopt)
+        await self._apply(self.meta.doc)
+
+    async def run(self) -> None:
+        try:
+            await self.meta.run()
+        finally:
+            with trio.CancelScope(shield=True):
+                for rpc in self._peer_rpcs.values():
+                    await rpc.aclose()
+
+    # -- the document -> local state ---------------------------------------------------------
+
+    async def _apply(self, doc: ClusterDoc) -> None:
+        async with self._apply_lock:
+            store = self.broker.store
+            changed = False
+            for name, meta in doc.topics.items():
+                local = store.topics.get(name)
+                if local is not None and (
+                    local.topic_id != meta.topic_id or len(local.partitions) != len(meta.leaders)
+                ):
+                    await store.delete_topic(name)  # recreated under another id meanwhile
+                    local = None
+                leaders: list[int | None] = [None if n == self.node_id else n for n in meta.leaders]
+                if local is None:
+                    await store.create_topic(
+                        name, len(meta.leaders), meta.configs, meta.topic_id, leaders
+                    )
+                    changed = True
+                else:
+                    store.set_leaders(name, leaders)
+            for name in [n for n in store.topics if n not in doc.topics]:
+                await store.delete_topic(name)
+                changed = True
+            if changed:
+                self.broker.on_partitions_changed()
+
+    # -- what requests need ------------------------------------------------------------------
+
+    def peer(self, node_id: int) -> MainPeer | None:
+        for m in self.mains:
+            if m.node_id == node_id:
+                return m
+        return None
+
+    def coordinator_for(self, group_id: str) -> MainPeer:
+        node = group_coordinator(group_id, self.main_ids)
+        peer = self.peer(node)
+        assert peer is not None
+        return peer
+
+    def owns_group(self, group_id: str) -> bool:
+        return group_coordinator(group_id, self.main_ids) == self.node_id
+
+    def topic_exists(self, name: str) -> bool:
+        return name in self.meta.doc.topics
+
+    async def refresh(self) -> None:
+        await self.meta.refresh()
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicState:
+        """Raises TopicExists when another main (or client) created it first."""
+        topic_id = uuid.uuid4().bytes
+        await self.meta.update(
+            lambda doc: doc.with_topic(name, topic_id, partitions, configs, self.main_ids)
+        )
+        self._poke_peers()
+        return self.broker.store.topics[name]
+
+    async def delete_topic(self, name: str) -> None:
+        await self.meta.update(lambda doc: doc.without_topic(name) if name in doc.topics else doc)
+        self._poke_peers()
+
+    def producer_id(self, local_id: int) -> int:
+        return local_id * PRODUCER_ID_STRIDE + self.node_id
+
+    def _poke_peers(self) -> None:
+        for node, rpc in self._peer_rpcs.items():
+            self.broker.commit_nursery.start_soon(self._poke, node, rpc)
+
+    async def _poke(self, node: int, rpc: RpcClient) -> None:
+        try:
+            await rpc.call("meta_changed", {}, timeout=POKE_TIMEOUT_S, retries=0)
+        except RpcError as exc:
+            log.debug("main %d did not take the metadata poke (it polls anyway): %s", node, exc)
+
+
+__all__ = ["ClusterRole", "TopicExists"]

@@ -1,0 +1,159 @@
+"""Where a proxy relays a Kafka request, and how answers from several mains become one.
+
+Group requests go to the group's coordinator (zone_router.placement, computed the same way
+the mains do). ListOffsets is split by partition leader and the answers merged, so one
+request can span partitions led by mains in different zones. ListGroups asks every main.
+Anything else goes to any live main: every main holds the whole cluster metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_wire.codec import (
+    RequestHeader,
+    build_request,
+    build_response,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    entity_to_data,
+)
+from zone_router import group_coordinator
+
+API_LIST_OFFSETS = 2
+API_OFFSET_COMMIT, API_OFFSET_FETCH = 8, 9
+API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP, API_SYNC_GROUP = 11, 12, 13, 14
+API_DESCRIBE_GROUPS, API_LIST_GROUPS = 15, 16
+SINGLE_GROUP_APIS = {API_OFFSET_COMMIT, API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP}
+SINGLE_GROUP_APIS |= {API_SYNC_GROUP}
+
+Merge = Callable[[Sequence[bytes]], bytes]
+
+
+@dataclass
+class RelayPlan:
+    """One (main node id, request frame) per main to ask; `merge` joins their responses."""
+
+    calls: list[tuple[int, bytes]]
+    merge: Merge | None = None
+
+
+def plan_relay(
+    header: RequestHeader,
+    frame: bytes,
+    mains: Sequence[int],
+    default: int,
+    leader_of: Callable[[str, int], int | None],
+) -> RelayPlan:
+    key = header.api_key
+    if key in SINGLE_GROUP_APIS:
+        group = getattr(decode_request(header, frame), "group_id", "")
+        return RelayPlan([(_coordinator(group, mains, default), frame)])
+    if key == API_OFFSET_FETCH:
+        request = decode_request(header, frame)
+        groups = getattr(request, "groups", None)
+        group = groups[0].group_id if groups else getattr(request, "group_id", "")
+        return RelayPlan([(_coordinator(group, mains, default), frame)])
+    if key == API_DESCRIBE_GROUPS:
+        request = decode_request(header, frame)
+        by_main: dict[int, list[str]] = {}
+        for group in request.groups:
+            by_main.setdefault(_coordinator(group, mains, default), []).append(group)
+        return _split(header, request, by_main, "groups", _merge_lists(header, "groups"))
+    if key == API_LIST_GROUPS:
+        return RelayPlan([(m, frame) for m in mains], _merge_lists(header, "groups"))
+    if key == API_LIST_OFFSETS:
+        return _split_by_leader(header, decode_request(header, frame), default, leader_of)
+    return RelayPlan([(default, frame)])
+
+
+def _coordinator(group: str, mains: Sequence[int], default: int) -> int:
+    return group_coordinator(group, mains) if group and mains else default
+
+
+def _split(
+    header: RequestHeader, request: Any, by_main: dict[int, list[Any]], field: str, merge: Merge
+) -> RelayPlan:
+    data = entity_to_data(request)
+    calls = []
+    for main, items in by_main.items():
+        sub = build_request(header.api_key, header.api_version, {**data, field: items})
+        calls.append((main, _frame(header, sub)))
+    if len(calls) == 1:
+        return RelayPlan(calls)
+    return RelayPlan(calls, merge)
+
+
+def _split_by_leader(
+    header: RequestHeader,
+    request: Any,
+    default: int,
+    leader_of: Callable[[str, int], int | None],
+) -> RelayPlan:
+    data = entity_to_data(request)
+    by_main: dict[int, list[dict[str, Any]]] = {}
+    for topic in data["topics"]:
+        per_main: dict[int, list[dict[str, Any]]] = {}
+        for part in topic["partitions"]:
+            leader = leader_of(topic["name"], part["partition_index"])
+            per_main.setdefault(default if leader is None else leader, []).append(part)
+        for main, parts in per_main.items():
+            by_main.setdefault(main, []).append({**topic, "partitions": parts})
+    if len(by_main) <= 1:
+        target = next(iter(by_main), default)
+        return RelayPlan([(target, _frame(header, request))])
+    return _split(header, request, by_main, "topics", _merge_topics(header))
+
+
+def _frame(header: RequestHeader, request: Any) -> bytes:
+    return encode_request(
+        header.api_key, header.api_version, header.correlation_id, header.client_id, request
+    )
+
+
+def _decoded(header: RequestHeader, responses: Sequence[bytes]) -> list[dict[str, Any]]:
+    return [
+        entity_to_data(decode_response(header.api_key, header.api_version, r)[1]) for r in responses
+    ]
+
+
+def _encode(header: RequestHeader, data: dict[str, Any]) -> bytes:
+    return encode_response(header, build_response(header.api_key, header.api_version, data))
+
+
+def _merge_lists(header: RequestHeader, field: str) -> Merge:
+    def merge(responses: Sequence[bytes]) -> bytes:
+        parts = _decoded(header, responses)
+        out = dict(parts[0])
+        out[field] = [item for p in parts for item in p[field]]
+        if "error_code" in out:
+            out["error_code"] = next((p["error_code"] for p in parts if p["error_code"]), 0)
+        if "throttle_time_ms" in out:
+            out["throttle_time_ms"] = max(p["throttle_time_ms"] for p in parts)
+        return _encode(header, out)
+
+    return merge
+
+
+def _merge_topics(header: RequestHeader) -> Merge:
+    def merge(responses: Sequence[bytes]) -> bytes:
+        parts = _decoded(header, responses)
+        out = dict(parts[0])
+        topics: dict[str, dict[str, Any]] = {}
+        for p in parts:
+            for topic in p["topics"]:
+                seen = topics.get(topic["name"])
+                if seen is None:
+                    topics[topic["name"]] = {**topic, "partitions": list(topic["partitions"])}
+                else:
+                    seen["partitions"].extend(topic["partitions"])
+        out["topics"] = list(topics.values())
+        if "throttle_time_ms" in out:
+            out["throttle_time_ms"] = max(p["throttle_time_ms"] for p in parts)
+        return _encode(header, out)
+
+    return merge
