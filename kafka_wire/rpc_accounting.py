@@ -6,6 +6,10 @@ request per frame: the subscribe, each pushed delta, the end), ``relay`` -> ``re
 Kafka API name of the relayed request, so group and admin relays can be told apart), anything
 else -> ``rpc`` with the method as api (``_handshake``, ``cancel``, control calls). Zones come
 from the peer's node id; a node the map does not know is booked to ``unknown``.
+
+Each frame is booked once in the fleet, by the node that sends it: both ends of a connection
+run a meter, and the receiving end ignores what it reads. Summing every node's ledger then
+gives the bytes on the wire, and each node's ledger is its own egress.
 """
 
 from __future__ import annotations
@@ -60,9 +64,9 @@ class RpcTrafficMeter:
         return (channel, method, 1) if channel is not None else (_OTHER, method, 1)
 
     def count(self, tag: CallTag | None, direction: str, nbytes: int, peer_node: int) -> None:
+        if direction != "out":
+            return  # the sender books it
         channel, api, requests = tag if tag is not None else _CANCEL
-        peer = self.node_zones.get(peer_node, _UNKNOWN_ZONE)
-        if direction == "out":
-            self._record(self.zone, peer, channel, api, nbytes, requests)
-        else:
-            self._record(peer, self.zone, channel, api, nbytes, requests)
+        self._record(
+            self.zone, self.node_zones.get(peer_node, _UNKNOWN_ZONE), channel, api, nbytes, requests
+        )

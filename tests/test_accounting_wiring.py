@@ -1,0 +1,237 @@
+"""Traffic accounting wired into real nodes: a main in az1 and a proxy in az2 on one shared WAL,
+a real client producing through the proxy at ~64 KiB batches (issue 3, test 3)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trio
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from main_broker.broker import MainBroker
+from main_broker.config import BrokerConfig
+from proxy_broker.broker import ProxyBroker
+from proxy_broker.config import MainEndpoint, ProxyConfig
+from telemetry import TrafficKey, accounting_file, iter_accounting_files, read_traffic_rows
+
+SECRET = b"accounting-test-secret-0123456789"
+ZONES: dict[str, str | None] = {"az1": "use1-az1", "az2": "use1-az2", "az3": "use1-az3"}
+# Relays that may cross zones: group coordination and admin/metadata, never Produce or Fetch.
+GROUP_AND_ADMIN = {
+    "ApiVersions",
+    "Metadata",
+    "CreateTopics",
+    "DeleteTopics",
+    "DescribeConfigs",
+    "DescribeCluster",
+    "ListOffsets",
+    "InitProducerId",
+    "FindCoordinator",
+    "JoinGroup",
+    "SyncGroup",
+    "Heartbeat",
+    "LeaveGroup",
+    "OffsetCommit",
+    "OffsetFetch",
+    "DescribeGroups",
+    "ListGroups",
+}
+ROW_FIELDS = [
+    "minute",
+    "node",
+    "from_zone",
+    "to_zone",
+    "channel",
+    "api",
+    "bytes",
+    "requests",
+    "cross_zone",
+]
+
+
+@dataclass
+class Fleet:
+    main: MainBroker
+    proxy: ProxyBroker
+    data_dir: Path
+    scope: trio.CancelScope
+    stopped: trio.Event
+
+    async def stop(self) -> None:
+        """What Ctrl-C does: cancel both nodes and wait until they have shut down."""
+        self.scope.cancel()
+        await self.stopped.wait()
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
+    wal_url = f"osfs://{tmp_path / 'wal'}"
+    data_dir = tmp_path / "data"
+    scope, stopped = trio.CancelScope(), trio.Event()
+
+    async def run_nodes(*, task_status: trio.TaskStatus[tuple[MainBroker, ProxyBroker]]) -> None:
+        main = MainBroker(
+            BrokerConfig(
+                node_id=1,
+                zone="az1",
+                wal_url=wal_url,
+                port=0,
+                rpc_port=0,
+                rpc_secret=SECRET,
+                data_dir=data_dir,
+                zones=dict(ZONES),
+                peer_zones={102: "az2"},
+            )
+        )
+        try:
+            with scope:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(main.run)
+                    assert main.bound_port and main.rpc_port
+                    endpoint = MainEndpoint(1, "az1", "127.0.0.1", main.bound_port, main.rpc_port)
+                    proxy = ProxyBroker(
+                        ProxyConfig(
+                            node_id=102,
+                            zone="az2",
+                            wal_url=wal_url,
+                            rpc_secret=SECRET,
+                            mains=[endpoint],
+                            port=0,
+                            zones=dict(ZONES),
+                            data_dir=data_dir,
+                        )
+                    )
+                    await nursery.start(proxy.run)
+                    task_status.started((main, proxy))
+        finally:
+            stopped.set()
+
+    async with trio.open_nursery() as nursery:
+        main, proxy = await nursery.start(run_nodes)
+        yield Fleet(main, proxy, data_dir, scope, stopped)
+        await Fleet(main, proxy, data_dir, scope, stopped).stop()
+
+
+def _produce(bootstrap: str, topic: str, count: int, size: int) -> int:
+    """Produces `count` values of `size` bytes in ~64 KiB batches; returns the payload bytes."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "zone=az2"})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=20)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "zone=az2",
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "batch.size": 64 * 1024,
+            "compression.type": "none",
+        }
+    )
+    value = bytes(range(256)) * (size // 256)
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % 2)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+    return count * len(value)
+
+
+def _sum(
+    totals: dict[TrafficKey, tuple[int, int]], channel: str, src: str, dst: str
+) -> tuple[int, int]:
+    """(bytes, requests) of one channel from `src` to `dst`, over every api."""
+    rows = [
+        v for k, v in totals.items() if (k.channel, k.from_zone, k.to_zone) == (channel, src, dst)
+    ]
+    return sum(b for b, _ in rows), sum(r for _, r in rows)
+
+
+async def test_no_payload_crosses_zones(fleet: Fleet) -> None:
+    topic = f"acct-{uuid.uuid4().hex[:8]}"
+    payload = await trio.to_thread.run_sync(
+        _produce, f"127.0.0.1:{fleet.proxy.bound_port}", topic, 16_000, 1024
+    )
+    await trio.sleep(0.3)  # let the last state-stream deltas arrive
+    proxy = fleet.proxy.traffic.node.accounting.totals()
+    main = fleet.main.traffic.node.accounting.totals()
+
+    # Kafka clients only ever talked to their own zone's listener.
+    for totals in (proxy, main):
+        for key in totals:
+            if key.channel == "kafka-client":
+                assert not key.cross_zone, key
+    kafka_in = sum(
+        b for k, (b, _) in proxy.items() if k.channel == "kafka-client" and k.api == "Produce"
+    )
+    assert kafka_in > payload  # the payload came in on the az2 listener...
+    wal_out = sum(b for k, (b, _) in proxy.items() if k.channel == "wal-write")
+    assert wal_out > payload  # ...went to the shared WAL (the regional pseudo-zone)...
+    assert all(k.to_zone == "regional" for k in proxy if k.channel == "wal-write")
+    main_wal_in = sum(b for k, (b, _) in main.items() if k.channel == "wal-read")
+    assert main_wal_in > payload  # ...and the main read it from there, not from the proxy.
+
+    # Relays that crossed zones carry only group and admin APIs.
+    relayed = {k.api for k in proxy if k.channel == "relay" and k.cross_zone}
+    assert relayed and relayed <= GROUP_AND_ADMIN, relayed
+
+    # Each node books what it sends: confirms in the proxy's ledger, their answers in the main's.
+    # Requests count confirmed partitions, so bytes/requests is bytes per partition.
+    req_bytes, parts = _sum(proxy, "confirm-rpc", "az2", "az1")
+    resp_bytes, resp_parts = _sum(main, "confirm-rpc", "az1", "az2")
+    assert _sum(main, "confirm-rpc", "az2", "az1") == (0, 0)
+    assert parts == resp_parts and parts >= 16_000 * 1024 // (64 * 1024)
+    print(
+        f"\nconfirm-rpc: {parts} partitions confirmed, {req_bytes / parts:.1f} B/partition "
+        f"out, {resp_bytes / parts:.1f} B/partition back"
+    )
+    assert req_bytes / parts <= 200
+    assert resp_bytes / parts <= 200
+    assert _sum(main, "state-stream", "az1", "az2")[0] > 0
+
+    # Every byte is in exactly one ledger, so the fleet's cross-zone bytes are the sum.
+    by_channel: dict[str, int] = defaultdict(int)
+    for totals in (proxy, main):
+        for k, (b, _) in totals.items():
+            if k.cross_zone:
+                by_channel[k.channel] += b
+    cross = sum(by_channel.values())
+    ratio = cross / payload
+    print(
+        f"cross-zone bytes {cross} / payload {payload} = {ratio:.4%} "
+        f"({dict(sorted(by_channel.items()))})"
+    )
+    assert ratio <= 0.005
+
+    # A clean shutdown flushes the open minute: the JSONL ledgers then hold every count.
+    await fleet.stop()
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    assert accounting_file(fleet.data_dir, "main-1", day).is_file()
+    files = list(iter_accounting_files(fleet.data_dir))
+    assert {f.name for f in files} == {"main-1.jsonl", "proxy-102.jsonl"}
+    ledgers = {
+        "proxy-102": fleet.proxy.traffic.node.accounting,
+        "main-1": fleet.main.traffic.node.accounting,
+    }
+    for name, ledger in ledgers.items():
+        final = ledger.totals()
+        # Every dt= directory: a run across midnight UTC writes to two days.
+        rows = [row for f in files if f.stem == name for row in read_traffic_rows(f)]
+        assert rows and all(list(row) == ROW_FIELDS for row in rows)
+        assert {row["node"] for row in rows} == {name}
+        summed: dict[TrafficKey, tuple[int, int]] = defaultdict(lambda: (0, 0))
+        for row in rows:
+            key = TrafficKey(row["from_zone"], row["to_zone"], row["channel"], row["api"])
+            assert row["cross_zone"] == key.cross_zone
+            nbytes, requests = summed[key]
+            summed[key] = (nbytes + row["bytes"], requests + row["requests"])
+        assert summed == final
