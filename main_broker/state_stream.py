@@ -1,7 +1,9 @@
 """The state stream a main broker publishes to each subscribed zone proxy.
 
 A subscriber first gets one full snapshot, then one frame per coalesced delta: whatever changed
-while the previous frame was being sent goes out together in the next one. Frames (msgpack):
+within DELTA_COALESCE_S of the first change, or while the previous frame was being sent, goes
+out together in the next one. A full frame has every key below; a delta has only "wal_end" and
+whichever of "topics", "deleted" and "parts" is not empty. Frames (msgpack):
 
     {"full": bool, "node": main node id, "writer": WAL writer id, "wal_end": int,
      "topics": {name: [topic_id (16 bytes), partition count, {explicit configs},
@@ -25,6 +27,9 @@ from main_broker.partition_log import PartitionLog
 
 if TYPE_CHECKING:
     from main_broker.log_store import LogStore
+
+
+DELTA_COALESCE_S = 0.003
 
 
 class StateWatcher:
@@ -65,7 +70,7 @@ def _frame(
     partitions: set[PartitionLog] | list[PartitionLog],
 ) -> dict[str, Any]:
     live = {n: store.topics[n] for n in topics if n in store.topics}
-    return {
+    frame: dict[str, Any] = {
         "full": full,
         "node": node_id,
         "writer": store.wal_writer_id,
@@ -87,6 +92,14 @@ def _frame(
             if p.topic in store.topics and store.topics[p.topic].partitions[p.partition] is p
         ],
     }
+    if not full:
+        # Deltas cross zones on every group commit: send only what a subscriber lacks.
+        for key in ("full", "node", "writer"):
+            del frame[key]
+        for key in ("topics", "deleted", "parts"):
+            if not frame[key]:
+                del frame[key]
+    return frame
 
 
 async def publish_state(
@@ -101,6 +114,8 @@ async def publish_state(
         last_wal_end = store.wal.end_offset
         while True:
             await watcher.changed.wait()
+            # Under load, group commits come every few ms; one frame per window, not per commit.
+            await trio.sleep(DELTA_COALESCE_S)
             watcher.changed = trio.Event()
             topics, partitions = watcher.topics, watcher.partitions
             watcher.topics, watcher.partitions = set(), set()

@@ -138,13 +138,14 @@ class MainMirror:
             backoff = min(backoff * 2, RESUBSCRIBE_BACKOFF_S[1])
 
     def apply_frame(self, frame: dict[str, Any]) -> None:
-        self.writer = frame["writer"]
-        if frame["full"]:
+        full = frame.get("full", False)
+        if full:
+            self.writer = frame["writer"]
             for name in set(self.topics) - set(frame["topics"]):
                 del self.topics[name]
-        for name in frame["deleted"]:
+        for name in frame.get("deleted", ()):
             self.topics.pop(name, None)
-        for name, (topic_id, count, configs, *rest) in frame["topics"].items():
+        for name, (topic_id, count, configs, *rest) in frame.get("topics", {}).items():
             topic = self.topics.get(name)
             if topic is None or topic.topic_id != topic_id:
                 topic = self.topics[name] = MirrorTopic(name, topic_id, configs)
@@ -154,7 +155,7 @@ class MainMirror:
                 topic.partitions.append(
                     MirrorPartition(name, len(topic.partitions), self.main.node_id)
                 )
-        for row in frame["parts"]:
+        for row in frame.get("parts", ()):
             topic = self.topics.get(row[0])
             if topic is not None and row[1] < len(topic.partitions):
                 topic.partitions[row[1]].apply(row)
