@@ -393,8 +393,12 @@ class MainBroker:
         if ctx.conn.listener.startswith(RELAY_LISTENER_PREFIX):
             return data  # the relaying proxy rewrites for its own zone
         zone = self.traffic.client_zones(ctx.header, ctx.conn)
+        if zone == UNKNOWN_ZONE:
+            # No tag and no CIDR: the client most likely got here from zone-aware metadata
+            # (its proxy lists only its own zone's main), so keep it in this main's zone.
+            zone = self.config.zone
         assert self.zone_view is not None
-        return self.zone_view.rewrite(key, data, None if zone == UNKNOWN_ZONE else zone)
+        return self.zone_view.rewrite(key, data, zone)
 
     def _api_versions_body(self) -> dict[str, Any]:
         return {

@@ -1,8 +1,8 @@
 """What a client that connects straight to a main sees: its own zone's nodes only.
 
 A main's listener is not bound to a zone, so the client's zone comes from its client.id tag or
-the CIDR map (the same resolution traffic accounting uses). Requests a proxy relays are
-rewritten by that proxy instead, so they pass through untouched here.
+the CIDR map (the same resolution traffic accounting uses), and else is the main's own zone.
+Requests a proxy relays are rewritten by that proxy instead, so they pass through untouched.
 """
 
 from __future__ import annotations

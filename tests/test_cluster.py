@@ -145,14 +145,26 @@ def test_topics_are_placed_across_mains_and_every_main_knows_them(cluster: Fleet
             )
         finally:
             raw.close()
-        # A client of unknown zone sees every main, and the proxies as extra replicas.
+        # An untagged client at main K is taken to be in azK: it sees main K and proxy 100+K.
         racks = {b.node_id: b.rack for b in meta.brokers}
-        assert racks == {1: "az1", 2: "az2", 3: "az3", 101: "az1", 102: "az2", 103: "az3"}
+        assert racks == {node: f"az{node}", 100 + node: f"az{node}"}
         (t,) = meta.topics
         assert t.error_code == ErrorCode.none, f"main {node} does not know {topic}"
-        leaders_seen.append({p.partition_index: p.leader_id for p in t.partitions})
-    assert leaders_seen[0] == leaders_seen[1] == leaders_seen[2]
-    assert sorted(leaders_seen[0].values()) == [1, 1, 2, 2, 3, 3]
+        # Partitions led by another zone's main are shown led by this zone's proxy.
+        leaders_seen.append(
+            {p.partition_index: p.leader_id if p.leader_id < 100 else None for p in t.partitions}
+        )
+    true_leaders = {
+        p: leaders_seen[n - 1][p]
+        for n in (1, 2, 3)
+        for p in range(6)
+        if leaders_seen[n - 1][p] is not None
+    }
+    for n in (1, 2, 3):
+        assert {p for p, leader in leaders_seen[n - 1].items() if leader == n} == {
+            p for p, leader in true_leaders.items() if leader == n
+        }
+    assert sorted(true_leaders.values()) == [1, 1, 2, 2, 3, 3]
 
     # A second create of the same topic, on another main, loses.
     admin3 = AdminClient({"bootstrap.servers": mains[3]})
@@ -211,7 +223,10 @@ def test_group_coordinators_and_producer_ids_are_split_across_mains(cluster: Fle
         raw = RawKafka(bootstrap)
         try:
             found = raw.request(10, 3, {"key": group, "key_type": 0})
-            assert found.error_code == ErrorCode.none and found.node_id == expected
+            # Main K shows its (untagged) client azK's view: the coordinator itself when it is
+            # in azK, else azK's proxy, which relays group requests to the coordinator.
+            assert found.error_code == ErrorCode.none
+            assert found.node_id == (expected if expected == node else 100 + node)
             hb = raw.request(
                 12,
                 3,
