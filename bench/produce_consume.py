@@ -84,9 +84,15 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float) -> None:
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    timeout: float,
+    conf: dict[str, Any] | None = None,
+) -> None:
     """Create the topic (an existing one is fine) and wait until metadata shows its leaders."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})})
     future = admin.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
         request_timeout=timeout,
@@ -141,7 +147,21 @@ class _ProduceStats:
         self.offsets[partition] = (min(lo, offset), max(hi, offset))
 
 
-def produce_phase(bootstrap: str, topic: str, args: argparse.Namespace) -> _ProduceStats:
+def produce_phase(
+    bootstrap: str,
+    topic: str,
+    args: argparse.Namespace,
+    *,
+    partitions: Sequence[int] | None = None,
+    conf_overrides: dict[str, Any] | None = None,
+    value_of: Callable[[bytes], bytes] | None = None,
+) -> _ProduceStats:
+    """Produce ``args.messages`` values to ``topic``, paced at ``args.rate`` if set.
+
+    ``partitions``: round-robin over these (default: the client's partitioner);
+    ``conf_overrides``: extra producer settings (e.g. ``client.id``); ``value_of``: maps each
+    payload to the value sent, at send time (e.g. to stamp it with the send time).
+    """
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "acks": args.acks,
@@ -152,6 +172,7 @@ def produce_phase(bootstrap: str, topic: str, args: argparse.Namespace) -> _Prod
         "queue.buffering.max.messages": 1_000_000,
         # A batch must fit in one request; librdkafka rejects batch.size > message.max.bytes.
         "message.max.bytes": max(1_000_000, args.batch_size + 65_536),
+        **(conf_overrides or {}),
     }
     producer = Producer(conf)
     stats = _ProduceStats()
@@ -169,11 +190,17 @@ def produce_phase(bootstrap: str, topic: str, args: argparse.Namespace) -> _Prod
                 # shorter wait would round to 0 and spin a core the broker may need.
                 producer.poll(max(wait, 0.001))
                 continue
+        value = payloads[sent & 63]
+        if value_of is not None:
+            value = value_of(value)
+        # -1: librdkafka's partitioner picks (RD_KAFKA_PARTITION_UA).
+        partition = partitions[sent % len(partitions)] if partitions else -1
         now = time.perf_counter()
         try:
             producer.produce(
                 topic,
-                payloads[sent & 63],
+                value,
+                partition=partition,
                 on_delivery=functools.partial(stats.on_delivery, now),
             )
         except BufferError:
@@ -369,8 +396,11 @@ def run_zonefleet(
     command: Sequence[str] | None = None,
     ready_timeout: float = 30.0,
     stop_grace: float = 10.0,
+    zone_count: int | None = None,
+    on_start: Callable[[subprocess.Popen[str]], None] | None = None,
 ) -> Iterator[dict[str, str]]:
-    """Run ``zonefleet up`` and yield ``{zone: bootstrap}`` parsed from its stdout.
+    """Run ``zonefleet up`` (``--zones N`` when given) and yield ``{zone: bootstrap}`` parsed
+    from its stdout. ``on_start`` gets the process once it is started.
 
     Waits for a line starting with ``ready``; raises TargetUnavailable (with the output seen) if it
     does not appear within ``ready_timeout`` seconds or the process exits first.
@@ -378,11 +408,15 @@ def run_zonefleet(
     base = base_port if base_port is not None else free_port_range(64)
     cmd = [*(command or zonefleet_command()), "up", "--data-dir", str(data_dir)]
     cmd += ["--base-port", str(base)]
+    if zone_count is not None:
+        cmd += ["--zones", str(zone_count)]
     stderr_path = data_dir / "zonefleet.stderr.log"
     with open(stderr_path, "w") as stderr_file:
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=stderr_file, text=True, start_new_session=True
         )
+    if on_start is not None:
+        on_start(proc)
     lines: list[str] = []
     ready = threading.Event()
 
@@ -470,7 +504,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--zone", help="zone whose bootstrap to use when starting zonefleet (default: first)")
     add("--workload", choices=sorted(PRESETS), default="throughput")
     add("--topic", help="topic name (default: unique per run)")
-    add("--partitions", type=int, default=1)
+    add("--partitions", type=int, help="default 1; with --zones 6 (spread over the mains)")
     add("--messages", type=int)
     add("--size", type=int, help="message value bytes")
     add("--acks", choices=("0", "1", "all", "-1"))
@@ -487,7 +521,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     add("--timeout", type=float, default=180.0, help="bound on each phase, seconds")
     add("--ready-timeout", type=float, default=30.0, help="wait for zonefleet's ready line")
+    zones = parser.add_argument_group(
+        "zones mode",
+        "--zones starts `zonefleet up --zones N` and measures the zone proxies (issue 3): "
+        "throughput through a proxy vs direct to the main, proxy produce latency, end-to-end "
+        "latency across zones and the cross-zone byte fraction. --messages, --size, "
+        "--linger-ms and --batch-size apply to the throughput legs.",
+    )
+    zadd: Callable[..., Any] = zones.add_argument
+    zadd("--zones", type=int, nargs="?", const=3, help="zones to start (default 3)")
+    zadd("--json", action="store_true", help="print one JSON object instead of the table")
+    zadd("--remote-zone", default="az1", help="zone of the main that leads the target partitions")
+    zadd("--client-zone", default="az2", help="zone of the producer (its proxy)")
+    zadd("--consumer-zone", default="az3", help="zone of the end-to-end consumer (its proxy)")
+    zadd("--latency-messages", type=int, default=10_000, help="per latency leg, at --latency-rate")
+    zadd("--latency-rate", type=float, default=1000.0, help="msg/s of the latency legs")
+    zadd("--e2e-messages", type=int, default=10_000, help="end-to-end leg, at --latency-rate")
+    zadd("--cross-messages", type=int, default=50_000, help="cross-zone bytes leg (64 KiB batches)")
     args = parser.parse_args(argv)
+    if args.partitions is None:
+        args.partitions = 6 if args.zones else 1
     for key, value in PRESETS[args.workload].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -507,6 +560,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise KeyboardInterrupt  # unwinds the context managers, which stop our brokers
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    if args.zones:
+        # Imported here: only this mode needs the zonefleet packages (fleet config, accounting).
+        from zone_bench import run_zones
+
+        return run_zones(args)
     brokers = ["zonefleet", "tansu"] if args.compare else [args.broker]
     records: dict[str, dict[str, Any]] = {}
     try:

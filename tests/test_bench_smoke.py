@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -155,3 +158,84 @@ def test_run_zonefleet_early_exit_reports_exit_code(
     with pytest.raises(produce_consume.TargetUnavailable, match=r"exited with code 7.*boom"):
         with produce_consume.run_zonefleet(tmp_path, command=[sys.executable, str(crash)]):
             pytest.fail("must not yield after the process exited")
+
+
+# -- --zones mode: zonefleet up --zones 3, proxies vs direct, cross-zone accounting ----------------
+
+
+def test_zones_mode_reports_every_figure() -> None:
+    rc, lines, stderr = _run(
+        "--zones", "--json", "--messages", "2000", "--latency-messages", "200",
+        "--e2e-messages", "200", "--cross-messages", "1000", "--timeout", "60",
+    )  # fmt: skip
+    assert rc == 0, stderr
+    assert len(lines) == 1
+    rec: dict[str, Any] = lines[0]
+    assert rec["mode"] == "zones" and rec["ok"] is True and rec["problems"] == []
+    assert rec["zones"] == ["az1", "az2", "az3"]
+    assert rec["remote_zone"] == "az1" and rec["remote_main"] == 1 and rec["client_zone"] == "az2"
+    assert rec["partitions"]  # led by main 1, out of the 6 created
+    tp = rec["throughput"]
+    assert tp["proxy_mb_s"] > 0 and tp["direct_mb_s"] > 0
+    assert tp["ratio"] == pytest.approx(tp["proxy_mb_s"] / tp["direct_mb_s"], abs=1e-3)
+    assert [leg["path"] for leg in tp["legs"]] == ["direct", "proxy", "proxy", "direct"]
+    assert sum(leg["messages"] for leg in tp["legs"]) == 4000
+    lat = rec["latency"]
+    for path in ("proxy", "direct"):
+        side = lat[path]
+        assert side["samples"] == 200
+        assert 0 < side["p50_ms"] <= side["p99_ms"] <= side["p999_ms"] <= side["max_ms"]
+    e2e = rec["e2e"]
+    assert e2e["consumed"] == e2e["samples"] == 200
+    assert (e2e["producer_zone"], e2e["consumer_zone"]) == ("az2", "az3")
+    assert 0 < e2e["p50_ms"] <= e2e["p99_ms"]
+    cz = rec["cross_zone"]
+    assert cz["payload_bytes"] == 1000 * 1024 and cz["consumed"] == 1000
+    # Confirms cross zones (az2 proxy -> main 1 in az1) on every produce, so this is never 0.
+    assert cz["cross_zone_bytes"] > 0 and cz["by_channel"].get("confirm-rpc", 0) > 0
+    assert sum(cz["by_channel"].values()) == cz["cross_zone_bytes"]
+    assert cz["fraction_pct"] == pytest.approx(
+        100 * cz["cross_zone_bytes"] / cz["payload_bytes"], abs=1e-3
+    )
+    assert "kafka-client" not in cz["by_channel"]  # no payload crosses zones
+    assert 0 < cz["confirm_bytes_per_partition"] <= 200
+    assert cz["storage_bytes"] > cz["payload_bytes"]  # PREPARED write + mirror reads, regional
+    assert "produce throughput MB/s" in stderr and "cross-zone bytes / payload" in stderr
+
+
+def test_traffic_scrape_sums_nodes_and_deltas(bench: tuple[ModuleType, ModuleType]) -> None:
+    """The /metrics parser: bytes and requests by key, summed over nodes, then differenced."""
+    import zone_traffic  # importable while the bench fixture has bench/ on sys.path
+
+    page = (
+        "# TYPE zonefleet_traffic_bytes_total counter\n"
+        'zonefleet_traffic_bytes_total{from_zone="az2",to_zone="az1",channel="confirm-rpc",'
+        'api="confirm"} 300\n'
+        'zonefleet_traffic_requests_total{from_zone="az2",to_zone="az1",channel="confirm-rpc",'
+        'api="confirm"} 3\n'
+        "zonefleet_wal_fsync_seconds_count 7\n"
+    )
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        totals = zone_traffic.scrape_traffic([url, url])
+    finally:
+        server.shutdown()
+    key = ("az2", "az1", "confirm-rpc", "confirm")
+    assert totals == {key: (600.0, 6.0)}
+    before = {key: (100.0, 1.0), ("az1", "az1", "rpc", "x"): (5.0, 1.0)}
+    assert zone_traffic.traffic_delta(before, totals) == {key: (500.0, 5.0)}
