@@ -85,7 +85,7 @@ class FetchSource(Protocol[E]):
         """Set when any partition's readable data grows; replaced by a fresh Event each time."""
         ...
 
-    async def batch_bytes(self, entry: E) -> Buffer: ...
+    async def batches_bytes(self, entries: Sequence[E]) -> list[Buffer]: ...
     def on_bytes_out(self, topic: str, nbytes: int) -> None: ...
 
 
@@ -216,7 +216,7 @@ async def serve_fetch(
         with trio.move_on_at(deadline):
             await arrived.wait()
     for want, entries in chosen:
-        records: list[Buffer] = [await source.batch_bytes(e) for e in entries]
+        records = await source.batches_bytes(entries)
         want.result.records = records
         source.on_bytes_out(want.topic, sum(len(r) for r in records))
     out_topics = [(name, topic_id, [w.result for w in parts]) for name, topic_id, parts in wants]

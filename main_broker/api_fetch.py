@@ -43,8 +43,8 @@ class _BrokerFetchSource:
     def data_arrived(self) -> trio.Event:
         return self._broker.store.data_arrived
 
-    async def batch_bytes(self, entry: BatchEntry) -> Buffer:
-        return await self._broker.store.batch_bytes(entry)
+    async def batches_bytes(self, entries: Sequence[BatchEntry]) -> list[Buffer]:
+        return await self._broker.store.batches.batches_bytes(entries)
 
     def on_bytes_out(self, topic: str, nbytes: int) -> None:
         self._broker.metrics.bytes_out.labels(topic).inc(nbytes)

@@ -99,12 +99,12 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
         out: list[bytearray | Exception] = []
         for position in positions:
             try:
-                out.append(broker.store.read_prepared(position))
+                out.append(broker.store.batches.read_prepared(position))
             except (WalError, OSError) as exc:
                 out.append(exc)
         return out
 
-    payloads = await trio.to_thread.run_sync(read_all, limiter=broker.store.read_limiter)
+    payloads = await trio.to_thread.run_sync(read_all, limiter=broker.store.batches.limiter)
     sequenced = "seq" in params
     session, seq = str(params.get("sess", "")), int(params.get("seq", -1))
     in_turn = await broker.confirms.wait_turn(session, seq) if sequenced else True

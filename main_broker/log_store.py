@@ -29,6 +29,7 @@ from shared_wal import (
     WalWriter,
 )
 from shared_wal import broker_records as wal_records
+from shared_wal.batch_reader import BatchReader
 from shared_wal.broker_records import PreparedLink
 
 log = logging.getLogger("zonefleet.main_broker.store")
@@ -82,8 +83,8 @@ class LogStore:
         self.next_producer_id = 0
         self._producer_id_limit = 0
         self._producer_id_lock = trio.Lock()
-        self.read_limiter = trio.CapacityLimiter(4)
-        self._readers: dict[str, WalReader] = {reader.writer_id: reader}
+        # Our own segments and the proxies' PREPARED payloads our LINKs point to.
+        self.batches = BatchReader(reader.fs, own=reader)
         self._watchers: list[StateWatcher] = []
         self.data_arrived = trio.Event()
         # Group offsets are owned by the coordinator; these hooks move them in and out.
@@ -229,38 +230,7 @@ class LogStore:
         self.data_arrived = trio.Event()
 
     async def batch_bytes(self, entry: BatchEntry) -> memoryview | bytes | bytearray:
-        data = entry.data
-        if data is not None:
-            return data
-        if entry.link is not None:
-            return await trio.to_thread.run_sync(
-                self.read_linked_batch, entry, limiter=self.read_limiter
-            )
-        position = entry.position
-        assert position is not None, "evicted entries are always durable"
-        record = await trio.to_thread.run_sync(
-            self.reader.read_record, position, limiter=self.read_limiter
-        )
-        return record.payload
-
-    def reader_for(self, writer: str) -> WalReader:
-        reader = self._readers.get(writer)
-        if reader is None:
-            reader = self._readers[writer] = WalReader(self.reader.fs, writer)
-        return reader
-
-    def read_prepared(self, position: WalPosition) -> bytearray:
-        """Blocking: a proxy's PREPARED payload, as a writable copy we may patch."""
-        return wal_records.read_prepared(self.reader_for(position.writer), position)
-
-    def read_linked_batch(self, entry: BatchEntry) -> bytearray:
-        """Blocking: rebuild a linked batch exactly as the main served it when it appended."""
-        link = entry.link
-        assert link is not None
-        reader = self.reader_for(link.target.writer)
-        return wal_records.rebuild_linked_batch(
-            reader, link, entry.base_offset, entry.max_timestamp
-        )
+        return await self.batches.batch_bytes(entry)
 
     # -- producer ids ------------------------------------------------------------------------
 

@@ -258,8 +258,8 @@ class ProxyBroker:
                     return self._leader_view(topic)
         return None
 
-    async def batch_bytes(self, entry: Any) -> Buffer:
-        return await self.batches.batch_bytes(entry)
+    async def batches_bytes(self, entries: Sequence[Any]) -> list[Buffer]:
+        return await self.batches.batches_bytes(entries)
 
     def on_bytes_out(self, topic: str, nbytes: int) -> None:
         self.metrics.bytes_out.labels(topic).inc(nbytes)

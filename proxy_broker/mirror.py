@@ -18,14 +18,15 @@ from kio.schema.errors import ErrorCode
 from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
 from kafka_wire.rpc import RpcClient, RpcError
 from proxy_broker.config import MainEndpoint
-from shared_wal import OffsetOutOfRange, RecordType, WalError, WalRecord
+from shared_wal import OffsetOutOfRange, RecordType, WalError, WalPosition, WalRecord
 from shared_wal.batch_index import BatchEntry, BatchIndex
 from shared_wal.batch_reader import BatchReader
-from shared_wal.broker_records import PreparedLink
+from shared_wal.broker_records import PreparedLink, rebuild_linked_batch
 
 log = logging.getLogger("zonefleet.proxy.mirror")
 
 TAIL_CHUNK_RECORDS = 4096
+PREFETCH_CACHE_SHARE = 4  # one chunk prefetches at most this fraction of the cache budget
 RESUBSCRIBE_BACKOFF_S = (0.1, 2.0)
 
 
@@ -174,7 +175,7 @@ class MainMirror:
                 self._wal_moved = trio.Event()
                 await self._wal_moved.wait()
             try:
-                records = await trio.to_thread.run_sync(
+                records, prefetched = await trio.to_thread.run_sync(
                     self._read_chunk, limiter=self.batches.limiter
                 )
             except (WalError, OSError) as exc:
@@ -182,30 +183,56 @@ class MainMirror:
                 await trio.sleep(0.5)
                 continue
             for record in records:
-                self._apply_record(record)
+                self._apply_record(record, prefetched)
             if records:
                 self.tail_offset = records[-1].position.end_offset
                 self.on_change()
 
-    def _read_chunk(self) -> list[WalRecord]:
+    def _read_chunk(self) -> tuple[list[WalRecord], dict[WalPosition, bytearray]]:
+        """Blocking: the next WAL records up to the published end, and the batches that LINKs
+        among them point to in other writers' PREPARED records, rebuilt as the main served
+        them. Reading those here, one worker call per chunk, keeps a consumer's fetches off
+        the file system; a fetch reading them one batch at a time fell seconds behind."""
         assert self.writer is not None
         reader = self.batches.reader_for(self.writer)
         if self.tail_offset is None:
             segments = reader.segments()
             self.tail_offset = segments[0] if segments else 0
         out: list[WalRecord] = []
+        prefetched: dict[WalPosition, bytearray] = {}
+        prefetched_bytes = 0
+        byte_cap = self.cache.budget // PREFETCH_CACHE_SHARE
         try:
             for record in reader.iter_records(self.tail_offset, self.wal_end):
                 out.append(record)
-                if len(out) >= TAIL_CHUNK_RECORDS:
+                if record.type == RecordType.LINK and prefetched_bytes < byte_cap:
+                    data = self._prefetch_link(record)
+                    if data is not None:
+                        prefetched[record.position] = data
+                        prefetched_bytes += len(data)
+                if len(out) >= TAIL_CHUNK_RECORDS or prefetched_bytes >= byte_cap:
                     break
         except OffsetOutOfRange:
             # Retention deleted what we had not read yet: continue from the oldest segment.
             segments = reader.segments()
             self.tail_offset = segments[0] if segments else 0
-        return out
+        return out, prefetched
 
-    def _apply_record(self, record: WalRecord) -> None:
+    def _prefetch_link(self, record: WalRecord) -> bytearray | None:
+        header = record.header
+        link = PreparedLink.from_header(header)
+        if link.target.writer == self.own_writer:
+            return None  # still in memory (take_prepared); read lazily if it is not
+        try:
+            return rebuild_linked_batch(
+                self.batches.reader_for(link.target.writer), link, header["b"], header["ts"]
+            )
+        except (WalError, OSError) as exc:
+            # Left for the fetch path to read (and report) should a consumer want it.
+            log.debug("prefetching %s for %s failed: %s", link.target, record.position, exc)
+            return None
+
+    def _apply_record(self, record: WalRecord, prefetched: dict[WalPosition, bytearray]) -> None:
         if record.type not in (RecordType.DATA, RecordType.LINK):
             return
         header = record.header
@@ -222,7 +249,8 @@ class MainMirror:
             )
         else:
             link = PreparedLink.from_header(header)
-            data: memoryview | None = None
+            fetched = prefetched.get(record.position)
+            data = memoryview(fetched) if fetched is not None else None
             if link.target.writer == self.own_writer:
                 # We wrote this payload ourselves moments ago: patch it in memory, no read.
                 data = self.take_prepared(link.target.segment, link.target.position)

@@ -3,7 +3,8 @@ or a proxy's PREPARED record that a main's LINK points to (patched as the main s
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, cast
 
 import trio
 
@@ -16,20 +17,26 @@ Buffer = bytes | bytearray | memoryview
 
 
 class StoredBatch(Protocol):
-    base_offset: int
-    max_timestamp: int
-    data: Buffer | None
-    position: WalPosition | None
-    link: PreparedLink | None
+    # Read-only members, so that entries with a narrower `data` type qualify.
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def data(self) -> Buffer | None: ...
+    @property
+    def position(self) -> WalPosition | None: ...
+    @property
+    def link(self) -> PreparedLink | None: ...
 
 
 class BatchReader:
     """Readers for every writer directory on one shared FS, with a bounded thread limiter."""
 
-    def __init__(self, fs: FS, max_threads: int = 4) -> None:
+    def __init__(self, fs: FS, max_threads: int = 4, own: WalReader | None = None) -> None:
         self.fs = fs
         self.limiter = trio.CapacityLimiter(max_threads)
-        self._readers: dict[str, WalReader] = {}
+        self._readers: dict[str, WalReader] = {own.writer_id: own} if own is not None else {}
 
     def reader_for(self, writer: str) -> WalReader:
         reader = self._readers.get(writer)
@@ -56,6 +63,21 @@ class BatchReader:
         if data is not None:
             return data
         return await trio.to_thread.run_sync(self.read_batch, entry, limiter=self.limiter)
+
+    async def batches_bytes(self, entries: Sequence[StoredBatch]) -> list[Buffer]:
+        """The bytes of every entry, those no longer in memory read in one worker call: a
+        consumer that fell behind the cache pays one thread hop per fetch, not per batch."""
+        out: list[Buffer | None] = [e.data for e in entries]
+        missing = [i for i, data in enumerate(out) if data is None]
+        if missing:
+
+            def read_missing() -> list[Buffer]:
+                return [self.read_batch(entries[i]) for i in missing]
+
+            read = await trio.to_thread.run_sync(read_missing, limiter=self.limiter)
+            for i, data in zip(missing, read, strict=True):
+                out[i] = data
+        return cast(list[Buffer], out)
 
     def forget(self, writer: str, segments: list[int]) -> None:
         reader = self._readers.get(writer)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -65,9 +66,9 @@ class MemSource:
     def topic_by_id(self, topic_id: bytes) -> MemTopic | None:
         return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
 
-    async def batch_bytes(self, entry: BatchEntry) -> Buffer:
-        assert entry.data is not None
-        return entry.data
+    async def batches_bytes(self, entries: Sequence[BatchEntry]) -> list[Buffer]:
+        assert all(e.data is not None for e in entries)
+        return [e.data for e in entries if e.data is not None]
 
     def on_bytes_out(self, topic: str, nbytes: int) -> None:
         self.bytes_out[topic] = self.bytes_out.get(topic, 0) + nbytes
