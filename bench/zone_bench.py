@@ -15,6 +15,7 @@ Starts ``zonefleet up --zones N`` and, against partitions led by the main in ``-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import struct
@@ -149,32 +150,51 @@ class ZoneConsumer(threading.Thread):
                 if time.monotonic() > self.deadline:
                     pc.log(f"consumer timed out; read up to {self.seen}, wanted {self._last}")
                     break
-                for msg in self.consumer.consume(num_messages=1000, timeout=0.05):
-                    now_ns = time.perf_counter_ns()
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
-                            self.errors += 1
-                            self.first_error = self.first_error or str(err)
-                        continue
-                    value = msg.value() or b""
-                    partition, offset = msg.partition() or 0, msg.offset() or 0
-                    self.seen[partition] = max(self.seen.get(partition, -1), offset)
-                    if self.stamped:
-                        (sent_ns,) = STAMP.unpack_from(value)
-                        if not sent_ns:
-                            continue  # warm-up
-                        self.latencies.append((now_ns - sent_ns) / 1e9)
-                    self.consumed += 1
-                    self.consumed_bytes += len(value)
+                # poll, not consume(num_messages=...): librdkafka's batch consume waits for
+                # the whole batch or the timeout, which would add up to that timeout to every
+                # latency sample.
+                msg = self.consumer.poll(0.05)
+                if msg is None:
+                    continue
+                now_ns = time.perf_counter_ns()
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        self.errors += 1
+                        self.first_error = self.first_error or str(err)
+                    continue
+                value = msg.value() or b""
+                partition, offset = msg.partition() or 0, msg.offset() or 0
+                self.seen[partition] = max(self.seen.get(partition, -1), offset)
+                if self.stamped:
+                    (sent_ns,) = STAMP.unpack_from(value)
+                    if not sent_ns:
+                        continue  # warm-up
+                    self.latencies.append((now_ns - sent_ns) / 1e9)
+                self.consumed += 1
+                self.consumed_bytes += len(value)
         finally:
             self.consumer.close()
 
 
+def _descendants(pid: int) -> list[int]:
+    out = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for child in (task / "children").read_text().split():
+                out += _descendants(int(child))
+    return out
+
+
 def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and its threads so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds so far of process ``pid`` and its descendants (``zonefleet
+    up`` runs each node as a child process), with their threads."""
+    total = 0
+    for proc in _descendants(pid):
+        with contextlib.suppress(OSError):  # exited meanwhile
+            fields = Path(f"/proc/{proc}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def quiesce(pid: int | None, max_wait: float = QUIESCE_MAX_S) -> float:

@@ -25,6 +25,7 @@ from fleet.config import (
 from fleet.logs import configure_logging
 from fleet.node import run_main_broker_node, run_proxy_node
 from fleet.status_cli import add_status_parser, run_status_command
+from fleet.supervisor import PARENT_PID_ENV, NodeFailed, NodeSpec, Supervisor, exit_with_parent
 from fleet.topics_cli import add_topics_parser, run_topics_command
 
 log = logging.getLogger("zonefleet.fleet")
@@ -46,7 +47,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser(
         "up",
-        help="start a local fleet in one process",
+        help="start a local fleet (one process per node)",
         description="Start a local fleet. Without --zones: one main broker on --base-port "
         "(admin +1). With --zones N: in each zone azK a zone proxy (node 100+K; kafka +10*K, "
         "admin +10*K+1) and a main broker (node K; kafka +10*K+2, admin +10*K+3, internal RPC "
@@ -62,6 +63,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--zones", type=int, default=None, help="zones az1..azN, each with a zone proxy"
     )
     up.add_argument("--log-format", choices=["text", "json"], default=None)
+    up.add_argument(
+        "--single-process",
+        action="store_true",
+        help="run every node in this one process (by default each node is its own process)",
+    )
 
     add_topics_parser(sub)
     add_status_parser(sub)
@@ -89,6 +95,9 @@ async def _serve_fleet(
                 print(f"zone={pnode.proxy.zone} bootstrap={host}:{port}", flush=True)
         if announce:
             print("ready", flush=True)
+        parent = os.environ.get(PARENT_PID_ENV)
+        if parent is not None and parent.isdigit():
+            nursery.start_soon(exit_with_parent, int(parent), nursery.cancel_scope)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 log.info("received signal %d, shutting down", signum)
@@ -101,11 +110,11 @@ def _configure_logs(config: FleetConfig, override: str | None, node: str) -> Non
     configure_logging(config.log_level, "json" if fmt == "json" else "text", node)
 
 
-def _up_config(args: argparse.Namespace) -> FleetConfig:
+def _up_config(args: argparse.Namespace) -> tuple[Path, FleetConfig]:
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     if args.config:
-        return load_fleet_config(args.config)
+        return Path(args.config).resolve(), load_fleet_config(args.config)
     path = data_dir / "fleet.toml"
     if args.zones is None:
         text = local_fleet_toml(data_dir, args.base_port)
@@ -116,7 +125,22 @@ def _up_config(args: argparse.Namespace) -> FleetConfig:
     os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to a file left by an earlier run
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    return load_fleet_config(path)
+    return path, load_fleet_config(path)
+
+
+def _run_up(args: argparse.Namespace) -> None:
+    path, config = _up_config(args)
+    _configure_logs(config, args.log_format, "fleet")
+    if args.single_process or len(config.mains) + len(config.proxies) == 1:
+        trio.run(_serve_fleet, config.mains, config.proxies, True)
+        return
+    # Clients bootstrap from their zone's proxy, so with proxies only they are announced.
+    mains = [
+        NodeSpec("main-broker", m.broker.node_id, m.broker.zone, not config.proxies)
+        for m in config.mains
+    ]
+    proxies = [NodeSpec("proxy", p.proxy.node_id, p.proxy.zone, True) for p in config.proxies]
+    trio.run(Supervisor(path, args.log_format).serve, mains, proxies)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,18 +151,16 @@ def main(argv: list[str] | None = None) -> int:
             config = load_fleet_config(args.config)
             node = config.main(args.node_id)
             _configure_logs(config, args.log_format, f"main-{node.broker.node_id}")
-            trio.run(_serve_fleet, [node], [], False)
+            trio.run(_serve_fleet, [node], [], True)
             return 0
         if args.command == "proxy":
             config = load_fleet_config(args.config)
             pnode = config.proxy(args.node_id)
             _configure_logs(config, args.log_format, f"proxy-{pnode.proxy.node_id}")
-            trio.run(_serve_fleet, [], [pnode], False)
+            trio.run(_serve_fleet, [], [pnode], True)
             return 0
         if args.command == "up":
-            config = _up_config(args)
-            _configure_logs(config, args.log_format, "fleet")
-            trio.run(_serve_fleet, config.mains, config.proxies, True)
+            _run_up(args)
             return 0
         if args.command == "topics":
             return run_topics_command(args)
@@ -147,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"zonefleet: configuration error: {exc}", file=sys.stderr)
         return 2
+    except NodeFailed as exc:
+        print(f"zonefleet: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 1
