@@ -10,10 +10,12 @@ Wire form (msgpack, ~100 bytes for one partition):
     result = {"parts": [[error_code, base_offset, log_append_time_ms, log_start_offset,
                          error_message | None], ...]}            (same order as the request)
 
-A caller that keeps one confirm in flight per main (the zone proxy coalesces what queues up
-meanwhile into the next one) sends no `seq`. A caller that pipelines confirms numbers them
-per session from 0: RPC requests run as separate tasks, so the main then applies them strictly
-in `seq` order, which keeps an idempotent producer's batches in order.
+A caller that keeps one confirm in flight per main may send no `seq`. The zone proxy
+pipelines confirms (several calls in flight, proxy_broker/confirm_pipe.py) and numbers them
+per session from 0: RPC requests run as separate tasks, so the main applies them strictly in
+`seq` order, which keeps an idempotent producer's batches in order. The proxy starts a new
+session after a failed call and after a second with nothing in flight, so the sessions it
+continues are ones this main still knows (idle ones expire here; a restart forgets them all).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class ConfirmSequencer:
         state = self._sessions.get(session)
         if state is None:
             self._expire(now)
-            # Sessions start at 0: a proxy opens a new session with every RPC connection.
+            # Sessions start at 0: a proxy opens a new one after a failed call or an idle spell.
             state = self._sessions[session] = _Session(next_seq=0)
         state.last_used = now
         with trio.move_on_after(SEQUENCE_WAIT_SECONDS):

@@ -86,7 +86,7 @@ class ProxyBroker:
             for m in config.mains
         }
         self.pipes = {
-            node: ConfirmPipe(rpc, node, config.confirm_timeout_s)
+            node: ConfirmPipe(rpc, node, config.confirm_timeout_s, config.confirm_max_in_flight)
             for node, rpc in self.rpcs.items()
         }
         self.mirrors: dict[int, MainMirror] = {}

@@ -44,6 +44,8 @@ class ProxyConfig:
     max_in_flight_per_connection: int = 64
     mirror_cache_bytes: int = 256 * 1024 * 1024
     confirm_timeout_s: float = 10.0
+    # Confirm calls outstanding per main (proxy_broker/confirm_pipe.py); 1 turns pipelining off.
+    confirm_max_in_flight: int = 4
     wal: WalConfig = field(default_factory=WalConfig)
     # Traffic accounting (proxy_broker/accounting.py): JSONL under data_dir/accounting (None:
     # Prometheus only) and the zone the shared FS is booked to.

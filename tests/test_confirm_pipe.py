@@ -1,0 +1,380 @@
+"""The proxy's confirm pipe against a scripted main: pipelining, sessions, order, size."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import pytest
+import trio
+import trio.testing
+from kio.schema.errors import ErrorCode
+
+from kafka_wire.rpc import RpcError, RpcTimeout, RpcUnavailable
+from proxy_broker.confirm_pipe import SESSION_IDLE_RESET_S, ConfirmPipe, ConfirmRequest
+from shared_wal import WalPosition
+
+_positions = itertools.count(1000, 100)
+
+
+@dataclass
+class Call:
+    params: dict[str, Any]
+    timeout: float
+    retries: int
+    idempotent: bool
+    answered: trio.Event = field(default_factory=trio.Event)
+    error: RpcError | None = None
+
+    @property
+    def session(self) -> str:
+        return str(self.params["sess"])
+
+    @property
+    def seq(self) -> int:
+        return int(self.params["seq"])
+
+    @property
+    def positions(self) -> list[int]:
+        return [int(p[4]) for p in self.params["parts"]]
+
+    def answer(self) -> None:
+        self.answered.set()
+
+    def fail(self, error: RpcError) -> None:
+        self.error = error
+        self.answered.set()
+
+
+class ScriptedMain:
+    """Stands in for RpcClient: each confirm waits until the test answers or fails it; the
+    answer gives every partition its PREPARED byte position as base offset, so a test can see
+    which request got which row."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._changed = trio.Event()
+
+    async def call(
+        self, method: str, params: dict[str, Any], *, timeout: float, retries: int, idempotent: bool
+    ) -> Any:
+        assert method == "confirm"
+        call = Call(params, timeout, retries, idempotent)
+        self.calls.append(call)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self._changed.set()
+        self._changed = trio.Event()
+        try:
+            await call.answered.wait()
+        finally:
+            self.in_flight -= 1
+        if call.error is not None:
+            raise call.error
+        return {"parts": [[0, p[4], -1, 0, None] for p in params["parts"]]}
+
+    async def wait_calls(self, n: int) -> list[Call]:
+        with trio.fail_after(5):
+            while len(self.calls) < n:
+                await self._changed.wait()
+        return self.calls
+
+    async def settled_calls(self) -> list[Call]:
+        """The calls made once the pipe can make no more progress on its own."""
+        await trio.testing.wait_all_tasks_blocked()
+        return self.calls
+
+
+def _request(parts: int = 1, *, prepared: bool = True, api_version: int = 9) -> ConfirmRequest:
+    request = ConfirmRequest(
+        api_version,
+        -1,
+        30000,
+        [("t", i, WalPosition("proxy-102", 0, next(_positions), 100)) for i in range(parts)],
+    )
+    if prepared:
+        request.prepared.set()
+    return request
+
+
+def _positions_of(request: ConfirmRequest) -> list[int]:
+    return [pos.position for _, _, pos in request.parts if pos is not None]
+
+
+async def _done(*requests: ConfirmRequest) -> None:
+    with trio.fail_after(5):
+        for request in requests:
+            await request.done.wait()
+
+
+def _assert_own_rows(request: ConfirmRequest) -> None:
+    assert [row[0] for row in request.results] == [ErrorCode.none] * len(request.parts)
+    assert [row[1] for row in request.results] == _positions_of(request)
+
+
+@pytest.fixture
+async def piped() -> AsyncIterator[tuple[ConfirmPipe, ScriptedMain]]:
+    main = ScriptedMain()
+    pipe = ConfirmPipe(main, main_id=1, timeout_s=10.0, max_in_flight=3)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pipe.run)
+        yield pipe, main
+        nursery.cancel_scope.cancel()
+
+
+async def test_calls_pipeline_up_to_the_limit_then_coalesce(
+    piped: tuple[ConfirmPipe, ScriptedMain],
+) -> None:
+    pipe, main = piped
+    first = [_request() for _ in range(3)]
+    for request in first:
+        pipe.submit(request)
+        await main.wait_calls(len(main.calls) + 1)  # sent while the earlier ones are out
+    assert main.in_flight == pipe.in_flight == 3
+    waiting = [_request(), _request(2)]
+    for request in waiting:
+        pipe.submit(request)
+    assert len(await main.settled_calls()) == 3  # no fourth call while three are out
+    assert not any(r.done.is_set() for r in first + waiting)
+
+    main.calls[1].answer()
+    calls = await main.wait_calls(4)
+    # What queued while all slots were busy goes out in one call once one frees up.
+    assert calls[3].positions == _positions_of(waiting[0]) + _positions_of(waiting[1])
+    assert len(await main.settled_calls()) == 4
+    for call in calls:
+        call.answer()
+    await _done(*first, *waiting)
+    for request in first + waiting:
+        _assert_own_rows(request)
+    assert main.max_in_flight == 3
+    assert pipe.in_flight == 0 and pipe.calls == 4
+    assert [c.seq for c in calls] == [0, 1, 2, 3]
+    # The RPC contract is unchanged: one attempt plus one retry, never resent once written.
+    assert all((c.timeout, c.retries, c.idempotent) == (10.0, 1, False) for c in calls)
+
+
+async def test_one_in_flight_sends_the_next_call_only_after_the_previous_answer() -> None:
+    main = ScriptedMain()
+    pipe = ConfirmPipe(main, main_id=1, timeout_s=10.0, max_in_flight=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pipe.run)
+        requests = [_request() for _ in range(3)]
+        pipe.submit(requests[0])
+        await main.wait_calls(1)
+        pipe.submit(requests[1])
+        pipe.submit(requests[2])
+        assert len(await main.settled_calls()) == 1
+        main.calls[0].answer()
+        calls = await main.wait_calls(2)
+        assert calls[1].positions == _positions_of(requests[1]) + _positions_of(requests[2])
+        calls[1].answer()
+        await _done(*requests)
+        assert main.max_in_flight == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_seq_numbers_are_consecutive_and_answers_map_back_out_of_order(
+    piped: tuple[ConfirmPipe, ScriptedMain],
+) -> None:
+    pipe, main = piped
+    requests = [_request(1), _request(3), _request(2)]
+    for request in requests:
+        pipe.submit(request)
+        await main.wait_calls(len(main.calls) + 1)
+    calls = main.calls
+    assert len({c.session for c in calls}) == 1
+    assert len(calls[0].session) == 12 and int(calls[0].session, 16) >= 0
+    assert [c.seq for c in calls] == [0, 1, 2]
+    for call, request in zip(calls, requests, strict=True):
+        assert call.positions == _positions_of(request)
+
+    # The main answers the last call first, then the first, then the middle one.
+    calls[2].answer()
+    await _done(requests[2])
+    assert not requests[0].done.is_set() and not requests[1].done.is_set()
+    calls[0].answer()
+    await _done(requests[0])
+    calls[1].answer()
+    await _done(requests[1])
+    for request in requests:
+        _assert_own_rows(request)
+
+    # The session goes on where it was while the pipe stays busy.
+    later = [_request(), _request()]
+    for request in later:
+        pipe.submit(request)
+        await main.wait_calls(len(main.calls) + 1)
+    assert [(c.session, c.seq) for c in main.calls[3:]] == [
+        (calls[0].session, 3),
+        (calls[0].session, 4),
+    ]
+    for call in main.calls[3:]:
+        call.answer()
+    await _done(*later)
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (RpcTimeout("confirm timed out"), ErrorCode.request_timed_out),
+        (RpcUnavailable("connection dropped"), ErrorCode.not_leader_or_follower),
+    ],
+)
+async def test_a_failed_call_starts_a_new_session_for_later_calls(
+    piped: tuple[ConfirmPipe, ScriptedMain], error: RpcError, code: ErrorCode
+) -> None:
+    pipe, main = piped
+    old = [_request(), _request(2)]
+    for request in old:
+        pipe.submit(request)
+        await main.wait_calls(len(main.calls) + 1)
+    session = main.calls[0].session
+    assert [(c.session, c.seq) for c in main.calls] == [(session, 0), (session, 1)]
+
+    main.calls[0].fail(error)
+    await _done(old[0])
+    assert [row[0] for row in old[0].results] == [code]
+    assert pipe.session != session
+
+    later = [_request(), _request()]
+    for request in later:
+        pipe.submit(request)
+        await main.wait_calls(len(main.calls) + 1)
+    new = pipe.session
+    assert len(new) == 12
+    assert [(c.session, c.seq) for c in main.calls[2:]] == [(new, 0), (new, 1)]
+
+    # The old session's straggler fails too; the new session is not thrown away for it.
+    main.calls[1].fail(RpcTimeout("behind the lost seq"))
+    await _done(old[1])
+    assert [row[0] for row in old[1].results] == [ErrorCode.request_timed_out] * 2
+    assert pipe.session == new
+    for call in main.calls[2:]:
+        call.answer()
+    await _done(*later)
+    for request in later:
+        _assert_own_rows(request)
+    tail = _request()
+    pipe.submit(tail)
+    call = (await main.wait_calls(5))[4]
+    assert (call.session, call.seq) == (new, 2)
+    call.answer()
+    await _done(tail)
+
+
+async def test_an_idle_pipe_starts_a_new_session(mock_clock: trio.testing.MockClock) -> None:
+    main = ScriptedMain()
+    pipe = ConfirmPipe(main, main_id=1, timeout_s=10.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pipe.run)
+        for expected_seq in (0, 1):
+            request = _request()
+            pipe.submit(request)
+            call = (await main.wait_calls(expected_seq + 1))[-1]
+            call.answer()
+            await _done(request)
+            assert call.seq == expected_seq
+        session = main.calls[0].session
+        assert main.calls[1].session == session
+        mock_clock.jump(SESSION_IDLE_RESET_S)  # the main may have forgotten it, or restarted
+        request = _request()
+        pipe.submit(request)
+        call = (await main.wait_calls(3))[-1]
+        assert call.session != session and call.seq == 0
+        call.answer()
+        await _done(request)
+        nursery.cancel_scope.cancel()
+
+
+async def test_requests_are_sent_in_queue_order_once_prepared(
+    piped: tuple[ConfirmPipe, ScriptedMain],
+) -> None:
+    pipe, main = piped
+    head = _request(prepared=False)
+    ready = _request()
+    pipe.submit(head)
+    pipe.submit(ready)
+    assert await main.settled_calls() == []  # a prepared request never overtakes the head
+
+    head.prepared.set()
+    calls = await main.wait_calls(1)
+    assert calls[0].positions == _positions_of(head) + _positions_of(ready)
+
+    # Only the prepared prefix goes out: c waits behind b though it is ready.
+    a, b, c = _request(), _request(prepared=False), _request()
+    for request in (a, b, c):
+        pipe.submit(request)
+    calls = await main.settled_calls()
+    assert len(calls) == 2 and calls[1].positions == _positions_of(a)
+    b.prepared.set()
+    calls = await main.wait_calls(3)
+    assert calls[2].positions == _positions_of(b) + _positions_of(c)
+    assert [call.seq for call in calls] == [0, 1, 2]
+    for call in calls:
+        call.answer()
+    await _done(head, ready, a, b, c)
+
+    # A request that failed while preparing is dropped, not sent; d still goes out.
+    broken, d = _request(prepared=False), _request()
+    pipe.submit(broken)
+    pipe.submit(d)
+    broken.fail(ErrorCode.kafka_storage_error, "the proxy's WAL write failed")
+    broken.prepared.set()
+    calls = await main.wait_calls(4)
+    assert calls[3].positions == _positions_of(d)
+    calls[3].answer()
+    await _done(d)
+    for request in (head, ready, a, b, c, d):
+        _assert_own_rows(request)
+    assert broken.results[0][0] == ErrorCode.kafka_storage_error
+
+
+async def test_api_versions_are_not_mixed_in_one_call(
+    piped: tuple[ConfirmPipe, ScriptedMain],
+) -> None:
+    pipe, main = piped
+    for n in range(1, 4):
+        pipe.submit(_request())
+        await main.wait_calls(n)
+    v9, v7, v7b = _request(api_version=9), _request(api_version=7), _request(api_version=7)
+    for request in (v9, v7, v7b):
+        pipe.submit(request)
+    for call in main.calls[:3]:
+        call.answer()
+    calls = await main.wait_calls(5)
+    assert [(c.params["v"], c.positions) for c in calls[3:]] == [
+        (9, _positions_of(v9)),
+        (7, _positions_of(v7) + _positions_of(v7b)),
+    ]
+    for call in calls[3:]:
+        call.answer()
+    await _done(v9, v7, v7b)
+
+
+async def test_one_partition_confirm_stays_small(piped: tuple[ConfirmPipe, ScriptedMain]) -> None:
+    pipe, main = piped
+    # A realistic worst case: a long topic name, a segment far into the log, a 1 MiB batch.
+    request = ConfirmRequest(
+        9, -1, 30000, [("orders.eu-west-1.v2", 11, WalPosition("proxy-102", 2**40, 2**26, 2**20))]
+    )
+    request.prepared.set()
+    pipe._next_seq = 2**31  # a long-lived session
+    pipe.submit(request)
+    call = (await main.wait_calls(1))[0]
+    size = len(msgpack.packb(call.params, use_bin_type=True))
+    assert size <= 200, size
+    typical = dict(call.params, seq=5, parts=[["orders", 3, "proxy-102", 4194304, 123456, 65536]])
+    assert len(msgpack.packb(typical, use_bin_type=True)) <= 100
+    call.answer()
+    await _done(request)
+
+
+def test_the_limit_must_allow_a_call() -> None:
+    with pytest.raises(ValueError):
+        ConfirmPipe(ScriptedMain(), main_id=1, timeout_s=1.0, max_in_flight=0)
