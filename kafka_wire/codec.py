@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import logging
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from kafka_wire.entities import (
     strip_unknown_tags,
     walk_strip,
 )
+
+log = logging.getLogger("zonefleet.wire.codec")
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -215,7 +218,14 @@ def _decode_body(cls: type, view: memoryview, offset: int, error: type[Malformed
     try:
         end, unknown_tags = scan_entity(cls, view, offset)
         if end != view.nbytes:
-            raise error(f"{view.nbytes - end} trailing bytes after {name}")
+            if error is not MalformedRequest:
+                raise error(f"{view.nbytes - end} trailing bytes after {name}")
+            # Kafka ignores bytes after a request's last field, and librdkafka relies on it:
+            # from 2.x it writes an all-topics Metadata (v9+) topics count as 4 bytes where a
+            # 1-byte varint belongs (confluentinc/librdkafka#5049); Kafka reads the first as
+            # a null array, then the booleans, and skips the rest. So do we.
+            log.debug("ignoring %d trailing bytes after %s", view.nbytes - end, name)
+            view = view[:end]
         if unknown_tags:
             body: memoryview | bytes = walk_strip(cls, view, offset)[0]
             offset = 0

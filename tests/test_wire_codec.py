@@ -326,10 +326,32 @@ def test_known_tags_kept_and_unknown_inside_known_struct_stripped() -> None:
     assert decode_request(header, frame[: header.size] + body) == expected
 
 
-def test_trailing_bytes_rejected() -> None:
+def test_trailing_request_bytes_are_ignored_as_kafka_does() -> None:
     frame = kio_request_frame(build_request(3, 12, {"topics": None})) + b"\x00"
-    with pytest.raises(MalformedRequest, match="trailing"):
-        decode_request(parse_request_header(frame), frame)
+    req = decode_request(parse_request_header(frame), frame)
+    assert req.topics is None
+
+
+def test_librdkafka_2_all_topics_metadata_request_golden() -> None:
+    # Bytes confluent-kafka's AdminClient.list_topics() sends (librdkafka 2.x): the null
+    # topics count is written as 4 bytes, not a 1-byte varint (confluentinc/librdkafka#5049).
+    # Kafka reads a null array, allow_auto_topic_creation=false, no authorized operations,
+    # no tags, and ignores the 3 bytes left; a main refused it, so list_topics() failed.
+    frame = bytes.fromhex("0003000c0000000300087a6f6e653d617a320000000000010000")
+    header = parse_request_header(frame)
+    assert (header.api_key, header.api_version, header.client_id) == (3, 12, "zone=az2")
+    req = decode_request(header, frame)
+    assert req.topics is None
+    assert req.allow_auto_topic_creation is False
+    assert req.include_topic_authorized_operations is False
+
+
+def test_trailing_response_bytes_rejected() -> None:
+    entity = build_response(3, 12, {"brokers": [], "topics": [], "controller_id": 1})
+    frame = encode_response(RequestHeader(3, 12, 7, None, 0), entity)
+    assert decode_response(3, 12, frame) == (7, entity)
+    with pytest.raises(MalformedResponse, match="trailing"):
+        decode_response(3, 12, frame + b"\x00")
 
 
 def test_huge_array_count_rejected_without_allocating() -> None:
