@@ -22,6 +22,7 @@ from fleet.config import (
     local_fleet_toml,
     local_zones_fleet_toml,
 )
+from fleet.inspect_cli import add_inspect_parser, run_inspect_command
 from fleet.logs import configure_logging
 from fleet.node import run_main_broker_node, run_proxy_node
 from fleet.status_cli import add_status_parser, run_status_command
@@ -71,6 +72,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_topics_parser(sub)
     add_status_parser(sub)
+    add_inspect_parser(sub)
     return parser
 
 
@@ -166,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_topics_command(args)
         if args.command == "status":
             return run_status_command(args)
+        if args.command == "inspect-object":
+            return run_inspect_command(args)
     except ConfigError as exc:
         print(f"zonefleet: configuration error: {exc}", file=sys.stderr)
         return 2
