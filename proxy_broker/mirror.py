@@ -25,7 +25,7 @@ from shared_wal.broker_records import PreparedLink, rebuild_linked_batch
 
 log = logging.getLogger("zonefleet.proxy.mirror")
 
-TAIL_CHUNK_RECORDS = 4096
+TAIL_CHUNK_BYTES = 4 * 1024 * 1024  # of the main's own WAL records per tail read
 PREFETCH_CACHE_SHARE = 4  # one chunk prefetches at most this fraction of the cache budget
 RESUBSCRIBE_BACKOFF_S = (0.1, 2.0)
 
@@ -203,19 +203,21 @@ class MainMirror:
         prefetched_bytes = 0
         byte_cap = self.cache.budget // PREFETCH_CACHE_SHARE
         try:
-            for record in reader.iter_records(self.tail_offset, self.wal_end):
-                out.append(record)
-                if record.type == RecordType.LINK and prefetched_bytes < byte_cap:
-                    data = self._prefetch_link(record)
-                    if data is not None:
-                        prefetched[record.position] = data
-                        prefetched_bytes += len(data)
-                if len(out) >= TAIL_CHUNK_RECORDS or prefetched_bytes >= byte_cap:
-                    break
+            records = reader.tail(self.tail_offset, self.wal_end, TAIL_CHUNK_BYTES)
         except OffsetOutOfRange:
             # Retention deleted what we had not read yet: continue from the oldest segment.
             segments = reader.segments()
             self.tail_offset = segments[0] if segments else 0
+            records = []
+        for record in records:
+            if record.type == RecordType.LINK and prefetched_bytes < byte_cap:
+                data = self._prefetch_link(record)
+                if data is not None:
+                    prefetched[record.position] = data
+                    prefetched_bytes += len(data)
+            out.append(record)
+            if prefetched_bytes >= byte_cap:
+                break
         return out, prefetched
 
     def _prefetch_link(self, record: WalRecord) -> bytearray | None:

@@ -6,6 +6,7 @@ Callers on the trio loop run these in worker threads; one WalReader may serve ma
 from __future__ import annotations
 
 import bisect
+import io
 import logging
 import threading
 from collections import OrderedDict
@@ -32,6 +33,21 @@ log = logging.getLogger("zonefleet.wal")
 
 _MAX_HANDLES = 16
 _MAX_RELISTS = 8
+TAIL_READ_BYTES = 4 * 1024 * 1024
+
+
+class _SegmentWindow(io.BytesIO):
+    """Bytes read from a segment at byte ``base``, addressed by segment position, so that a
+    SegmentScan can parse them as if reading the file."""
+
+    def __init__(self, data: bytes, base: int) -> None:
+        super().__init__(data)
+        self._base = base
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            return super().seek(pos - self._base) + self._base
+        return super().seek(pos, whence) + self._base
 
 
 def list_writers(fs: FS) -> list[str]:
@@ -57,6 +73,7 @@ class WalReader:
         self.writer_id = storage.check_writer_id(writer_id)
         self._handles: OrderedDict[int, _Handle] = OrderedDict()
         self._lock = threading.Lock()
+        self._tail_segment: int | None = None  # where the last `tail` call ended
 
     # -- random access ---------------------------------------------------------------------
 
@@ -174,6 +191,45 @@ class WalReader:
         self.close()
 
     # -- tailing ---------------------------------------------------------------------------
+
+    def tail(
+        self, from_offset: int, end_offset: int, max_bytes: int = TAIL_READ_BYTES
+    ) -> list[WalRecord]:
+        """Records from ``from_offset`` up to the published ``end_offset``: about ``max_bytes``
+        of them, and at least one when any is published. Blocking.
+
+        A follower calls this on every published end. Within the segment the previous call
+        ended in, it costs one read on a cached handle; `iter_records` lists the directory and
+        opens the segment every time, which on NFS is four more round trips per call.
+        """
+        segment = self._tail_segment
+        if segment is not None and segment <= from_offset < end_offset:
+            start = from_offset - segment
+            want = min(end_offset - from_offset, max_bytes)
+            try:
+                data = self._pread(segment, start, want)
+            except SegmentNotFound:
+                data = b""  # deleted by retention: iter_records below says what to do
+            scan = SegmentScan(
+                _SegmentWindow(data, start), self.writer_id, segment, start, start + len(data)
+            )
+            records = list(scan)
+            count_io(self.fs, "scan", scan.stop - start)
+            if scan.problem is not None and not scan.incomplete:
+                raise scan.error()
+            if records:
+                # A short read means the segment is complete: the next call goes on in the
+                # next one. An incomplete record at the end was cut by max_bytes.
+                return records
+        out: list[WalRecord] = []
+        size = 0
+        for record in self.iter_records(from_offset, end_offset):
+            out.append(record)
+            self._tail_segment = record.position.segment
+            size += record.position.length
+            if size >= max_bytes:
+                break
+        return out
 
     def segments(self) -> list[int]:
         return storage.list_segment_ids(self.fs, self.writer_id)

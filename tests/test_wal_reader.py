@@ -20,7 +20,7 @@ from shared_wal import (
     WalWriter,
     list_writers,
 )
-from shared_wal.storage import FS
+from shared_wal.storage import FS, segment_path
 from tests import wal_helpers
 from tests.wal_helpers import no_retention, running
 
@@ -84,6 +84,77 @@ async def test_tail_never_passes_the_published_end_while_writing(wal_fs: FS) -> 
     seen.extend(r.header["i"] for r in reader.iter_records(offset, wal.end_offset))
     assert seen == list(range(30))
     reader.close()
+
+
+async def test_tail_follows_a_growing_log_across_segments_with_few_listings(
+    wal_fs: FS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = await WalWriter.open(wal_fs, "w1", no_retention(segment_bytes=400))
+    reader = WalReader(wal_fs, "w1")
+    listings = 0
+    real_segments = reader.segments
+
+    def counted_segments() -> list[int]:
+        nonlocal listings
+        listings += 1
+        return real_segments()
+
+    monkeypatch.setattr(reader, "segments", counted_segments)
+    seen: list[int] = []
+    offset = 0
+    calls = 0
+    async with running(wal):
+        for i in range(60):
+            await wal.append(RecordType.DATA, {"i": i}, b"p" * 40)
+            published = wal.end_offset
+            batch = await trio.to_thread.run_sync(reader.tail, offset, published)
+            calls += 1
+            for r in batch:
+                assert r.position.end_offset <= published
+                seen.append(r.header["i"])
+                offset = r.position.end_offset
+    assert seen == list(range(60))
+    segments = len(wal.segments())
+    assert segments >= 6
+    # Listing happens when a segment is done, not on every call.
+    assert listings <= 3 * segments < calls
+    reader.close()
+
+
+async def test_tail_bounds_a_read_but_returns_at_least_one_record(wal_fs: FS) -> None:
+    wal, positions = await write_log(wal_fs, 20)
+    with WalReader(wal_fs, "w1") as reader:
+        first = reader.tail(0, wal.end_offset, max_bytes=1)
+        assert [r.position for r in first] == positions[:1]
+        got = list(first)
+        while got[-1].position.end_offset < wal.end_offset:
+            more = reader.tail(got[-1].position.end_offset, wal.end_offset, max_bytes=250)
+            assert more and sum(r.position.length for r in more) <= 250 + more[-1].position.length
+            got += more
+        assert [r.position for r in got] == positions
+        assert reader.tail(wal.end_offset, wal.end_offset) == []
+
+
+async def test_tail_reports_corruption_and_deleted_segments(wal_fs: FS) -> None:
+    wal, positions = await write_log(wal_fs, 20)
+    with WalReader(wal_fs, "w1") as reader:
+        assert [r.position for r in reader.tail(0, positions[2].end_offset)] == positions[:3]
+        target = positions[4]
+        path = segment_path("w1", target.segment)
+        raw = bytearray(wal_fs.readbytes(path))
+        raw[target.position + 9] ^= 0xFF  # inside the record body: its CRC no longer matches
+        wal_fs.writebytes(path, bytes(raw))
+        reader.forget([target.segment])
+        offset = positions[3].offset
+        with pytest.raises(CorruptRecord, match="byte"):
+            for _ in range(len(positions)):
+                got = reader.tail(offset, wal.end_offset)
+                assert all(r.position.end_offset <= target.offset for r in got)
+                offset = got[-1].position.end_offset
+    wal.config.retention_bytes = 600
+    assert await wal.enforce_retention()
+    with WalReader(wal_fs, "w1") as reader, pytest.raises(OffsetOutOfRange):
+        reader.tail(0, wal.end_offset)
 
 
 async def test_deleted_segments(wal_fs: FS) -> None:
