@@ -1,28 +1,55 @@
-"""The object-store interface and its embedded `file://` backend.
+"""The object-store interface, its errors, and `open_object_store`.
 
 Cluster metadata changes only by compare-and-swap (DESIGN.md, "Cluster metadata"): a create
 is `put(..., if_none_match=True)` and a replace is `put(..., if_match=etag)`; a lost race
-raises `PreconditionFailed` and the writer re-reads and retries. Calls block: async callers run
-them in worker threads.
+raises `PreconditionFailed` and the writer re-reads and retries. Calls block: async callers go
+through `s3_commit.async_store.AsyncObjectStore`, which runs them in worker threads.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import os
-import uuid
-from pathlib import Path
-from typing import Protocol
-from urllib.parse import urlparse
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+from urllib.parse import parse_qsl, urlparse
 
 __all__ = [
-    "FileObjectStore",
+    "GET_OPS",
+    "PUT_OPS",
+    "ConditionalPutUnknown",
+    "ObjectInfo",
     "ObjectStore",
     "ObjectStoreError",
     "PreconditionFailed",
+    "TrafficHook",
     "open_object_store",
+    "request_class",
 ]
+
+# One call per request the store makes: ``hook(op, nbytes)`` with op the S3 API name (the
+# file backend reports the request S3 would have made) and nbytes the payload moved. It runs in
+# whichever thread made the request, so it must be thread-safe and cheap.
+TrafficHook = Callable[[str, int], None]
+
+# S3 bills writes and listings as PUT-class requests, reads as GET-class: the traffic channels
+# s3-put and s3-get follow the same split (DeleteObjects is free but still a request).
+PUT_OPS: Final = frozenset(
+    {
+        "PutObject",
+        "CreateMultipartUpload",
+        "UploadPart",
+        "CompleteMultipartUpload",
+        "AbortMultipartUpload",
+        "ListObjectsV2",
+        "DeleteObjects",
+    }
+)
+GET_OPS: Final = frozenset({"GetObject", "HeadObject"})
+
+
+def request_class(op: str) -> str:
+    """ "put" or "get": the S3 request class (and zonefleet traffic channel) of `op`."""
+    return "get" if op in GET_OPS else "put"
 
 
 class ObjectStoreError(Exception):
@@ -30,80 +57,108 @@ class ObjectStoreError(Exception):
 
 
 class PreconditionFailed(ObjectStoreError):
-    """A conditional put lost: the object exists (create) or changed (replace)."""
+    """A conditional put lost: the object exists (create) or changed or vanished (replace)."""
+
+
+class ConditionalPutUnknown(ObjectStoreError):
+    """A conditional put may or may not have been applied: an attempt failed in a way that
+    hides its outcome, and the object now holds someone else's write. The caller must re-read
+    and check whether its change is there before trying again."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str
 
 
 class ObjectStore(Protocol):
+    """Blocking calls; keys are "/"-separated and relative to the store's root or prefix."""
+
+    traffic_hook: TrafficHook | None
+
     def get(self, key: str) -> tuple[bytes, str] | None:
         """The object's bytes and ETag, or None when it does not exist."""
         ...
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        """`length` bytes from `start` (fewer at the end of the object, b"" past it), or None
+        when the object does not exist."""
+        ...
+
+    def head(self, key: str) -> ObjectInfo | None: ...
+
     def put(
-        self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False
+        self,
+        key: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
     ) -> str:
-        """Store the object and return its ETag; conditions as in S3."""
+        """Store the object and return its ETag. `if_none_match` creates only; `if_match`
+        replaces only that version; either raises PreconditionFailed when it does not hold."""
+        ...
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object whose key starts with `prefix`, in key order, fetched page by page."""
+        ...
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete the objects, in batches; keys that do not exist are not an error."""
         ...
 
 
-def _etag(data: bytes) -> str:
-    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+def _as_bool(value: str) -> bool:
+    return value.lower() in ("1", "true", "yes", "on")
 
 
-class FileObjectStore:
-    """Objects as files under a root directory. Conditional puts are atomic between the
-    processes of one machine: an exclusive lock file serialises check-and-rename."""
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_path = self.root / ".cas.lock"
-
-    def _path(self, key: str) -> Path:
-        parts = [p for p in key.split("/") if p]
-        if not parts or any(p in (".", "..") or p.startswith(".cas") for p in parts):
-            raise ObjectStoreError(f"invalid object key {key!r}")
-        return self.root.joinpath(*parts)
-
-    def get(self, key: str) -> tuple[bytes, str] | None:
-        try:
-            data = self._path(key).read_bytes()
-        except FileNotFoundError:
-            return None
-        return data, _etag(data)
-
-    def put(
-        self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False
-    ) -> str:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            with open(self._lock_path, "a+b") as lock:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-                if if_none_match or if_match is not None:
-                    current = self.get(key)
-                    if if_none_match and current is not None:
-                        raise PreconditionFailed(f"{key} already exists")
-                    if if_match is not None and (current is None or current[1] != if_match):
-                        raise PreconditionFailed(f"{key} changed since ETag {if_match}")
-                os.replace(tmp, path)
-                dir_fd = os.open(path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return _etag(data)
+_S3_INT_OPTIONS: Final = ("multipart_threshold", "part_size", "max_attempts", "list_page_size")
+_S3_FLOAT_OPTIONS: Final = ("connect_timeout_s", "read_timeout_s")
 
 
-def open_object_store(url: str) -> ObjectStore:
-    """`file:///path` (or a bare path). `s3://` arrives with the diskless-storage issue."""
+def _s3_options_from_query(query: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for name, value in parse_qsl(query, keep_blank_values=False):
+        if name in ("endpoint", "endpoint_url"):
+            options["endpoint_url"] = value
+        elif name in ("region", "access_key_id", "secret_access_key", "session_token"):
+            options[name] = value
+        elif name == "path_style":
+            options["path_style"] = _as_bool(value)
+        elif name in _S3_INT_OPTIONS:
+            options[name] = int(value)
+        elif name in _S3_FLOAT_OPTIONS:
+            options[name] = float(value)
+        else:
+            raise ObjectStoreError(f"unknown s3:// URL option {name!r}")
+    return options
+
+
+def open_object_store(
+    url: str, *, traffic_hook: TrafficHook | None = None, **s3_options: Any
+) -> ObjectStore:
+    """`file:///path` (or a bare path), or `s3://bucket/prefix?endpoint=...&region=...`.
+
+    s3:// options come from the URL query and `s3_options` (explicit arguments win); see
+    `S3ObjectStore` for their names. Credentials default to the usual AWS chain (environment,
+    profile, instance role).
+    """
     parsed = urlparse(url)
     if parsed.scheme in ("", "file"):
-        return FileObjectStore(parsed.path if parsed.scheme else url)
-    raise ObjectStoreError(f"unsupported object store URL {url!r} (use file:///path)")
+        from s3_commit.file_store import FileObjectStore
+
+        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+            raise ObjectStoreError(f"file:// URL with a host {url!r} (use file:///path)")
+        return FileObjectStore(parsed.path if parsed.scheme else url, traffic_hook=traffic_hook)
+    if parsed.scheme == "s3":
+        from s3_commit.s3_store import S3ObjectStore
+
+        if not parsed.netloc:
+            raise ObjectStoreError(f"s3:// URL without a bucket {url!r}")
+        options: Mapping[str, Any] = {**_s3_options_from_query(parsed.query), **s3_options}
+        return S3ObjectStore(
+            parsed.netloc, parsed.path.strip("/"), traffic_hook=traffic_hook, **options
+        )
+    raise ObjectStoreError(f"unsupported object store URL {url!r} (use file:///path or s3://)")
