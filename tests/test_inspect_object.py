@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from moto.server import ThreadedMotoServer
 
 from fleet import cli
 from fleet.inspect_cli import TAIL_GUESS, inspect_object, open_object_source
 from kafka_wire.record_batch import build_batch
+from s3_commit import open_object_store
 from s3_commit.object_format import INDEX_ENTRY_SIZE, encode_object
+from s3_commit.object_plan import sso_key
 from tests.test_object_format import GOLDEN_OBJECT, STREAM_A, STREAM_B, TS
 
 
@@ -187,3 +192,43 @@ def test_an_index_larger_than_the_tail_guess_is_read_separately(tmp_path: Path) 
         index.footer.index_length,
         index.entries[-1].size,
     ]
+
+
+@pytest.fixture
+def moto_endpoint() -> Iterator[str]:
+    """moto's S3 server on a free loopback port, with a bucket `objects`."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    ).create_bucket(Bucket="objects")
+    yield endpoint
+    server.stop()
+
+
+def test_s3_url_reads_footer_index_and_blocks_with_ranged_gets(
+    moto_endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    query = f"endpoint={moto_endpoint}&region=us-east-1&access_key_id=test&secret_access_key=test"
+    store = open_object_store(f"s3://objects?{query}")
+    key = sso_key("5" * 32)
+    store.put(key, bytes.fromhex(GOLDEN_OBJECT))
+    rc, out, err = run(capsys, f"s3://objects/{key}?{query}", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] is True and doc["size"] == 266
+    assert [len(b["batches"]) for b in doc["blocks"]] == [1, 1]
+    source = open_object_source(f"s3://objects/{key}?{query}")
+    assert source.size == 266
+    assert source.read(146, 36) == bytes.fromhex(GOLDEN_OBJECT)[146:182]
+    rc, _, err = run(capsys, f"s3://objects/data/sso/{'6' * 32}?{query}")
+    assert rc == 1
+    assert err.strip() == (
+        f"zonefleet inspect-object: no such object: s3://objects/data/sso/{'6' * 32}?{query}"
+    )
