@@ -16,6 +16,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kafka_wire.hot_codecs import FetchPartitionResult, encode_fetch_response
+from kafka_wire.leader_hints import HintSource, fill_fetch_hints
 from kafka_wire.server_loop import Buffer
 
 READ_COMMITTED = 1
@@ -185,13 +186,18 @@ def _select(
 
 
 async def serve_fetch(
-    source: FetchSource[E], version: int, correlation_id: int, req: Any
+    source: FetchSource[E],
+    version: int,
+    correlation_id: int,
+    req: Any,
+    hints: HintSource | None = None,
 ) -> list[Buffer]:
     """Answer a decoded Fetch request (v4+) with the encoded response pieces.
 
     Waits until min_bytes are available, an error is to be reported, or max_wait (at most
     MAX_WAIT_CAP_SECONDS) passes. Fetch sessions are not supported: a non-zero session_id gets
-    FETCH_SESSION_ID_NOT_FOUND, which makes clients fall back to full fetches.
+    FETCH_SESSION_ID_NOT_FOUND, which makes clients fall back to full fetches. ``hints`` names
+    the leader for partitions answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (KIP-951).
     """
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT_CAP_SECONDS)
     max_bytes = req.max_bytes if getattr(req, "max_bytes", None) is not None else DEFAULT_MAX_BYTES
@@ -220,4 +226,7 @@ async def serve_fetch(
         want.result.records = records
         source.on_bytes_out(want.topic, sum(len(r) for r in records))
     out_topics = [(name, topic_id, [w.result for w in parts]) for name, topic_id, parts in wants]
-    return encode_fetch_response(version, correlation_id, out_topics, session_id=0)
+    endpoints = fill_fetch_hints(version, out_topics, hints)
+    return encode_fetch_response(
+        version, correlation_id, out_topics, session_id=0, node_endpoints=endpoints
+    )

@@ -53,7 +53,11 @@ class _BrokerFetchSource:
 async def fetch(broker: MainBroker, ctx: RequestContext, req: Any) -> Sequence[Buffer]:
     header = ctx.header
     return await serve_fetch(
-        _BrokerFetchSource(broker), header.api_version, header.correlation_id, req
+        _BrokerFetchSource(broker),
+        header.api_version,
+        header.correlation_id,
+        req,
+        broker.leader_hints(ctx),
     )
 
 

@@ -18,6 +18,7 @@ from kafka_wire.hot_codecs import (
     decode_produce_request,
     encode_produce_response,
 )
+from kafka_wire.leader_hints import fill_produce_hints
 from kafka_wire.server_loop import CloseConnection, Finish
 from main_broker.append import PendingAppends, append_partition
 
@@ -77,6 +78,11 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
 
     async def respond() -> Sequence[bytes]:
         await pending.wait(req.timeout_ms / 1000)
-        return [encode_produce_response(header.api_version, header.correlation_id, topics_out)]
+        endpoints = fill_produce_hints(header.api_version, topics_out, broker.leader_hints(ctx))
+        return [
+            encode_produce_response(
+                header.api_version, header.correlation_id, topics_out, node_endpoints=endpoints
+            )
+        ]
 
     return respond

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -24,6 +24,7 @@ from kafka_wire.codec import (
     parse_request_header,
     warm_up,
 )
+from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.rpc import RpcPeer, RpcServer
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from main_broker import api_cluster, api_fetch, group_handlers
@@ -114,7 +115,7 @@ class MainBroker:
         self.confirms = ConfirmSequencer()
         self.rpc_port: int | None = None
         self.cluster: ClusterRole | None = None
-        self.zone_view = MainZoneView(config) if MainZoneView.applies(config) else None
+        self.zone_view = MainZoneView(config)
         self.store: LogStore
         self.coordinator: GroupCoordinator
         self.commit_nursery: trio.Nursery
@@ -174,6 +175,7 @@ class MainBroker:
                 self.bound_port = listeners[0].socket.getsockname()[1]
                 if cfg.advertised_port is None:
                     cfg.advertised_port = self.bound_port
+                    self.zone_view = MainZoneView(cfg)  # it names this node by its port
                 self.ready = True
                 log.info(
                     "main broker %d serving on %s:%d (zone %s)",
@@ -384,21 +386,40 @@ class MainBroker:
             )
         else:
             data = await self._handlers[key](self, ctx, request)
-            if self.zone_view is not None and key in ROUTED_APIS:
-                data = self._zone_routed(ctx, key, data)
+            if key in ROUTED_APIS and (zone := self.client_zone(ctx)) is not None:
+                data = self.zone_view.rewrite(key, data, zone)
         response = build_response(key, header.api_version, data)
         return [encode_response(header, response)]
 
-    def _zone_routed(self, ctx: RequestContext, key: int, data: dict[str, Any]) -> dict[str, Any]:
-        if ctx.conn.listener.startswith(RELAY_LISTENER_PREFIX):
-            return data  # the relaying proxy rewrites for its own zone
+    def client_zone(self, ctx: RequestContext) -> str | None:
+        """The zone whose view a client gets, or None for the untouched view: without zone
+        proxies, and for requests a proxy relays (it rewrites for its own zone)."""
+        if not self.zone_view.routes or ctx.conn.listener.startswith(RELAY_LISTENER_PREFIX):
+            return None
         zone = self.traffic.client_zones(ctx.header, ctx.conn)
         if zone == UNKNOWN_ZONE:
             # No tag and no CIDR: the client most likely got here from zone-aware metadata
             # (its proxy lists only its own zone's main), so keep it in this main's zone.
             zone = self.config.zone
-        assert self.zone_view is not None
-        return self.zone_view.rewrite(key, data, zone)
+        return zone
+
+    def leader_hints(self, ctx: RequestContext) -> HintSource:
+        """KIP-951 hints for this client: the leader as its zone's Metadata shows it."""
+
+        def source(
+            partitions: Sequence[PartitionKey],
+        ) -> tuple[Mapping[PartitionKey, tuple[int, int]], list[Endpoint]]:
+            current: dict[PartitionKey, tuple[int, int]] = {}
+            for topic, index in partitions:
+                plog = self.store.partition(topic, index)
+                if plog is None:
+                    continue
+                leader = self.config.node_id if plog.leader_id is None else plog.leader_id
+                current[(topic, index)] = (leader, plog.leader_epoch)
+            hints = self.zone_view.leader_hints(current, self.client_zone(ctx))
+            return hints.current_leader, hints.node_endpoints
+
+        return source
 
     def _api_versions_body(self) -> dict[str, Any]:
         return {

@@ -3,25 +3,38 @@
 A main's listener is not bound to a zone, so the client's zone comes from its client.id tag or
 the CIDR map (the same resolution traffic accounting uses), and else is the main's own zone.
 Requests a proxy relays are rewritten by that proxy instead, so they pass through untouched.
+
+The KIP-951 leader hints of Produce and Fetch go through the same view, so a client told "not
+the leader" is sent where its Metadata would send it: the partition's main when that is in the
+client's zone, else the zone's proxy. Without zone proxies (or for relays) the hints name the
+real leader.
+
+KIP-392 ``preferred_read_replica`` is left unset: an untagged client is put in this main's zone,
+so no direct client is of unknown zone, and a client follows a preferred replica only when its
+Metadata lists that node, which a zone view never does for another zone's proxy.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable, Mapping
+from typing import Any, TypeVar
 
 from main_broker.config import BrokerConfig
 from zone_router import (
+    LeaderHints,
     Node,
     Topology,
     ZoneMap,
     rewrite_describe_cluster,
     rewrite_find_coordinator,
+    rewrite_leader_hints,
     rewrite_metadata,
 )
 
 API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER = 3, 10, 60
 ROUTED_APIS = frozenset({API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER})
 RELAY_LISTENER_PREFIX = "relay:"
+K = TypeVar("K", bound=Hashable)
 
 
 class MainZoneView:
@@ -35,6 +48,8 @@ class MainZoneView:
         for node in nodes:
             zones.setdefault(node.zone, None)
         self.topology = Topology(ZoneMap.from_mapping(zones), nodes)
+        # Zone views only exist where there are zone proxies to send clients to.
+        self.routes = self.applies(cfg)
 
     @staticmethod
     def applies(cfg: BrokerConfig) -> bool:
@@ -46,3 +61,9 @@ class MainZoneView:
         if api_key == API_FIND_COORDINATOR:
             return rewrite_find_coordinator(data, zone, self.topology).data
         return rewrite_describe_cluster(data, zone, self.topology).data
+
+    def leader_hints(
+        self, current_leader: Mapping[K, tuple[int, int]], zone: str | None
+    ) -> LeaderHints[K]:
+        """KIP-951 hints for a client of ``zone`` (None: the real leaders)."""
+        return rewrite_leader_hints(current_leader, (), zone, self.topology)

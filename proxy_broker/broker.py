@@ -3,6 +3,11 @@
 Produce: prepared in the shared WAL, confirmed with the owning main. Fetch: served from the
 mirror of each main. Metadata, FindCoordinator and DescribeCluster: relayed to a main and
 rewritten by the zone router so clients see only their zone. Everything else: relayed as is.
+
+A Produce or Fetch partition the proxy answers NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+(the leader's mirror has not shown it yet, the main is unreachable, or the main said so)
+carries a KIP-951 leader hint in the same zone view as Metadata: the partition's main when it
+is in this zone, else this proxy. A client is never sent to another zone's node by a hint.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -27,6 +32,7 @@ from kafka_wire.codec import (
     entity_to_data,
 )
 from kafka_wire.fetch_serving import serve_fetch
+from kafka_wire.leader_hints import Endpoint, PartitionKey
 from kafka_wire.rpc import RpcClient, RpcError
 from kafka_wire.server_loop import (
     Buffer,
@@ -51,6 +57,7 @@ from zone_router import (
     ZoneMap,
     rewrite_describe_cluster,
     rewrite_find_coordinator,
+    rewrite_leader_hints,
     rewrite_metadata,
 )
 
@@ -213,6 +220,30 @@ class ProxyBroker:
                 return leader if leader in self.mirrors else None
         return None
 
+    def leader_hints(
+        self, partitions: Sequence[PartitionKey]
+    ) -> tuple[Mapping[PartitionKey, tuple[int, int]], list[Endpoint]]:
+        """KIP-951 hints (a `kafka_wire.leader_hints.HintSource`) for this proxy's clients: the
+        leader as the mains published it, seen from this zone as Metadata shows it."""
+        current: dict[PartitionKey, tuple[int, int]] = {}
+        for topic, index in partitions:
+            owner = self.owner_of(topic, index)
+            if owner is None:
+                continue
+            # The leader's own mirror has the epoch; until it shows the partition, any other
+            # main's copy of the cluster metadata does.
+            part = self.partition(topic, index) or self._any_partition(topic, index)
+            current[(topic, index)] = (owner, part.leader_epoch if part is not None else -1)
+        hints = rewrite_leader_hints(current, (), self.config.zone, self.topology)
+        return hints.current_leader, hints.node_endpoints
+
+    def _any_partition(self, topic: str, partition: int) -> MirrorPartition | None:
+        for mirror in self.mirrors.values():
+            mt = mirror.topics.get(topic)
+            if mt is not None and 0 <= partition < len(mt.partitions):
+                return mt.partitions[partition]
+        return None
+
     def _leader_view(self, mt: MirrorTopic) -> MirrorTopic:
         """The topic with each partition taken from its leader's mirror."""
         view = MirrorTopic(mt.name, mt.topic_id, mt.configs)
@@ -284,7 +315,9 @@ class ProxyBroker:
             request = decode_request(header, frame)
 
             async def fetch() -> Sequence[Buffer]:
-                return await serve_fetch(self, header.api_version, header.correlation_id, request)
+                return await serve_fetch(
+                    self, header.api_version, header.correlation_id, request, self.leader_hints
+                )
 
             return fetch
 

@@ -20,6 +20,7 @@ from kafka_wire.hot_codecs import (
     decode_produce_request,
     encode_produce_response,
 )
+from kafka_wire.leader_hints import fill_produce_hints
 from kafka_wire.record_batch import InvalidBatch, validate_produce_records
 from kafka_wire.server_loop import Buffer, CloseConnection, Finish
 from proxy_broker.confirm_pipe import ConfirmRequest
@@ -110,7 +111,14 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
             _apply_results(share)
         if req.acks == 0:
             return None
-        return [encode_produce_response(header.api_version, header.correlation_id, topics_out)]
+        # Failures the main answered, or a main this proxy cannot reach: KIP-951 hints in
+        # this zone's view (the zone's main or this proxy), as Metadata through it shows.
+        endpoints = fill_produce_hints(header.api_version, topics_out, proxy.leader_hints)
+        return [
+            encode_produce_response(
+                header.api_version, header.correlation_id, topics_out, node_endpoints=endpoints
+            )
+        ]
 
     return respond
 
