@@ -9,6 +9,10 @@ the leader" is sent where its Metadata would send it: the partition's main when 
 client's zone, else the zone's proxy. Without zone proxies (or for relays) the hints name the
 real leader.
 
+A zone whose proxy has no state subscription to this main is taken to have no live proxy: its
+clients get the real mains (the fallback, whose traffic the accounting books as cross-zone)
+until the proxy subscribes again. Liveness is per main, from its own subscribers.
+
 KIP-392 ``preferred_read_replica`` is left unset: an untagged client is put in this main's zone,
 so no direct client is of unknown zone, and a client follows a preferred replica only when its
 Metadata lists that node, which a zone view never does for another zone's proxy.
@@ -16,7 +20,8 @@ Metadata lists that node, which a zone view never does for another zone's proxy.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import logging
+from collections.abc import Collection, Hashable, Mapping
 from typing import Any, TypeVar
 
 from main_broker.config import BrokerConfig
@@ -36,9 +41,11 @@ ROUTED_APIS = frozenset({API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTE
 RELAY_LISTENER_PREFIX = "relay:"
 K = TypeVar("K", bound=Hashable)
 
+log = logging.getLogger("zonefleet.main_broker.zone_view")
+
 
 class MainZoneView:
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: BrokerConfig, live_proxies: Collection[int] = ()) -> None:
         zones: dict[str, str | None] = dict(cfg.zones)
         nodes = [Node(m.node_id, m.zone, "main", m.host, m.port) for m in cfg.mains]
         if not nodes:
@@ -47,9 +54,25 @@ class MainZoneView:
         nodes += cfg.zone_proxies
         for node in nodes:
             zones.setdefault(node.zone, None)
-        self.topology = Topology(ZoneMap.from_mapping(zones), nodes)
+        self._all = Topology(ZoneMap.from_mapping(zones), nodes)
+        self.topology = self._all.with_live_proxies(live_proxies)
+        self._proxy_zones = {p.node_id: p.zone for p in cfg.zone_proxies}
         # Zone views only exist where there are zone proxies to send clients to.
         self.routes = self.applies(cfg)
+
+    def set_live_proxies(self, live: Collection[int]) -> None:
+        """The proxies that hold a state subscription to this main now."""
+        before = {p.node_id for p in self.topology.live_proxies}
+        self.topology = self._all.with_live_proxies(live)
+        after = {p.node_id for p in self.topology.live_proxies}
+        for node in sorted(before - after):
+            log.warning(
+                "zone proxy %d (%s) is gone: its zone's clients get the real mains (cross-zone)",
+                node,
+                self._proxy_zones.get(node),
+            )
+        for node in sorted(after - before):
+            log.info("zone proxy %d (%s) is live", node, self._proxy_zones.get(node))
 
     @staticmethod
     def applies(cfg: BrokerConfig) -> bool:
