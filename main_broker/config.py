@@ -49,6 +49,15 @@ class BrokerConfig:
     max_request_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
     max_in_flight_per_connection: int = 64
     wal_cache_bytes: int = 256 * 1024 * 1024
+    # The object store that holds committed data (main_broker/object_tier.py); None keeps
+    # data only in the WAL. Upload when the committed bytes not yet in objects pass the
+    # threshold or the interval has passed since the last upload.
+    object_store_url: str | None = None
+    upload_threshold_bytes: int = 500 * 1024 * 1024
+    upload_interval_s: float = 60.0
+    object_cache_bytes: int = 64 * 1024 * 1024  # LRU of DataBlocks read back
+    orphan_sweep_interval_s: float = 600.0
+    orphan_grace_s: float = 600.0  # an unlisted object younger than this may be in flight
     topic_defaults: dict[str, str] = field(default_factory=dict)
     wal: WalConfig = field(default_factory=WalConfig)
     groups: GroupConfig = field(default_factory=GroupConfig)

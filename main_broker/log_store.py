@@ -93,6 +93,10 @@ class LogStore:
         )
         self.snapshot_offsets: Callable[[], dict[str, list[list[Any]]]] = dict
         self.delete_topic_offsets: Callable[[str], None] = lambda topic: None
+        # Gives a partition its committed objects (main_broker.object_tier), when the broker
+        # has an object store: called for every partition a topic creation makes and after
+        # replay. Returns True when the partition's offsets moved.
+        self.adopt_objects: Callable[[PartitionLog], bool] = lambda plog: False
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -102,6 +106,8 @@ class LogStore:
         effective = EffectiveTopicConfig.from_explicit(configs, self.topic_defaults)
         state = TopicState(name, topic_id, dict(configs), effective)
         state.partitions = [PartitionLog(name, p, topic_id, effective) for p in range(partitions)]
+        for plog in state.partitions:
+            self.adopt_objects(plog)
         self.topics[name] = state
         self.topics_by_id[topic_id] = state
         self._topic_changed(name)
@@ -296,10 +302,18 @@ class LogStore:
             first = False
         for topic in self.topics.values():
             for plog in topic.partitions:
+                self.adopt_objects(plog)
                 for entry in plog.entries:
                     if entry.data is not None:
                         self.cache.add(entry)
         return count
+
+    def adopt_all_objects(self) -> None:
+        """Re-apply the committed objects to every partition (after the manifest loaded)."""
+        for topic in self.topics.values():
+            for plog in topic.partitions:
+                if self.adopt_objects(plog):
+                    self._partition_changed(plog)
 
     def _replay_one(self, record: WalRecord, first: bool) -> None:
         header = record.header

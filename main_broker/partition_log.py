@@ -10,7 +10,7 @@ ever unacknowledged-durable.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -22,11 +22,49 @@ from main_broker.producer_state import (
     ProducerStateTable,
 )
 from main_broker.topic_config import EffectiveTopicConfig
+from s3_commit.object_format import stream_id_for
 from shared_wal import WalPosition
 from shared_wal.batch_index import BatchEntry, BatchIndex
 from shared_wal.broker_records import PreparedLink
 
-__all__ = ["BatchEntry", "FetchSlice", "PartitionLog"]
+if TYPE_CHECKING:
+    from s3_commit.manifest import StreamManifest
+
+__all__ = ["BatchEntry", "FetchSlice", "ObjectSpan", "PartitionLog"]
+
+
+class ObjectSpan(BatchEntry):
+    """A read the WAL index cannot answer, for committed objects to serve: whole batches from
+    `base_offset` below `end` within `size` bytes (at least one when `must_return_one`).
+
+    It stands in for the entries of a fetch slice, so Fetch serving needs no change: the
+    broker's batch reader resolves it with ranged GETs. `size` is the budget, an upper bound of
+    what the read returns. With `timestamp` set it asks for the first batch reaching that
+    timestamp instead (ListOffsets); the reader then moves `base_offset` to that batch.
+    """
+
+    __slots__ = ("end", "must_return_one", "stream", "stream_id", "timestamp")
+
+    def __init__(
+        self,
+        stream: StreamManifest,
+        stream_id: int,
+        offset: int,
+        end: int,
+        budget: int,
+        must_return_one: bool,
+        timestamp: int | None = None,
+        max_timestamp: int = -1,
+    ) -> None:
+        super().__init__(offset, end - 1, max_timestamp, budget, None, None)
+        self.stream = stream
+        self.stream_id = stream_id
+        self.end = end
+        self.must_return_one = must_return_one
+        self.timestamp = timestamp
+
+    def __repr__(self) -> str:
+        return f"ObjectSpan({self.base_offset}..<{self.end}, <= {self.size} B)"
 
 
 class FetchSlice(NamedTuple):
@@ -56,6 +94,9 @@ class PartitionLog:
         self.producers = ProducerStateTable()
         # Which main leads the partition: None is this broker. Only the leader appends.
         self.leader_id: int | None = None
+        # Committed objects of this partition (the manifest's stream), when an object store
+        # is configured; offsets below the WAL index are read from them.
+        self.objects: StreamManifest | None = None
 
     @property
     def owned(self) -> bool:
@@ -72,6 +113,46 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         return self.high_watermark  # no transactions yet: LSO == HW
+
+    @property
+    def stream_id(self) -> int:
+        return stream_id_for(self.topic_id, self.partition)
+
+    @property
+    def wal_start_offset(self) -> int:
+        """The first offset the WAL index holds (its end when it holds none)."""
+        return self.entries[0].base_offset if self.entries else self.next_offset
+
+    # -- committed objects -------------------------------------------------------------------
+
+    def adopt_objects(self, stream: StreamManifest | None) -> bool:
+        """Take the manifest's view of this partition; returns True when offsets moved.
+
+        Objects past the log's end mean the WAL lost its records (a restart with an empty WAL
+        directory): the log continues after them. The log start becomes the objects' start
+        when objects and WAL meet without a gap.
+        """
+        self.objects = stream
+        if stream is None or not stream.ranges:
+            return False
+        before = (self.log_start_offset, self.next_offset, self.high_watermark)
+        end = stream.end_offset
+        if end > self.next_offset:
+            self.index.drop_front(len(self.entries))  # all below what objects now hold
+            self.index.end_offset = end
+            self.high_watermark = end
+        self._object_log_start()
+        return before != (self.log_start_offset, self.next_offset, self.high_watermark)
+
+    def _object_log_start(self) -> None:
+        stream = self.objects
+        if stream is None or not stream.ranges:
+            return
+        wal_start = self.wal_start_offset
+        if stream.end_offset >= wal_start:
+            self.log_start_offset = min(stream.start_offset, wal_start)
+        elif self.log_start_offset < wal_start:
+            self.log_start_offset = wal_start  # a gap: what lies between is lost
 
     # -- append path -------------------------------------------------------------------------
 
@@ -139,9 +220,8 @@ class PartitionLog:
     def drop_segments(self, segments: set[int]) -> None:
         """Forget batches whose WAL segments retention deleted; the log start moves up."""
         if self.index.drop_segments(segments):
-            self.log_start_offset = (
-                self.entries[0].base_offset if self.entries else self.next_offset
-            )
+            self.log_start_offset = self.wal_start_offset
+            self._object_log_start()
 
     # -- read path ---------------------------------------------------------------------------
 
@@ -151,6 +231,16 @@ class PartitionLog:
         """Whole batches from `offset` below `upper` (HW or LSO), within max_bytes (KIP-74)."""
         if offset < self.log_start_offset or offset > self.next_offset:
             return FetchSlice(ErrorCode.offset_out_of_range, [])
+        stream = self.objects
+        if stream is not None and offset < min(stream.end_offset, self.wal_start_offset):
+            if max_bytes <= 0 and not must_return_one:
+                return FetchSlice(ErrorCode.none, [])
+            end = min(stream.end_offset, upper)
+            if offset >= end:
+                return FetchSlice(ErrorCode.none, [])
+            budget = max(max_bytes, 1)
+            span = ObjectSpan(stream, self.stream_id, offset, end, budget, must_return_one)
+            return FetchSlice(ErrorCode.none, [span])
         return FetchSlice(
             ErrorCode.none, self.index.fetch_slice(offset, max_bytes, upper, must_return_one)
         )
@@ -159,6 +249,15 @@ class PartitionLog:
         return self.index.bytes_available(offset, upper)
 
     def first_batch_at_timestamp(self, timestamp: int) -> BatchEntry | None:
+        stream = self.objects
+        if stream is not None:
+            below_wal = min(stream.end_offset, self.wal_start_offset, self.high_watermark)
+            rng = stream.first_at_timestamp(timestamp)
+            if rng is not None and rng.start < below_wal and rng.end > self.log_start_offset:
+                start = max(rng.start, self.log_start_offset)
+                return ObjectSpan(
+                    stream, self.stream_id, start, below_wal, 0, True, timestamp, rng.max_timestamp
+                )
         return self.index.first_batch_at_timestamp(timestamp, self.high_watermark)
 
     def max_timestamp_entry(self) -> BatchEntry | None:
