@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -35,7 +36,6 @@ from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.log_store import LogStore
-from main_broker.object_tier import ObjectTier
 from main_broker.state_stream import publish_state
 from main_broker.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, MainZoneView
 from shared_wal import WalReader, WalWriter, open_wal_fs
@@ -116,9 +116,9 @@ class MainBroker:
         self.confirms = ConfirmSequencer()
         self.rpc_port: int | None = None
         self.cluster: ClusterRole | None = None
+        self._state_subscribers: Counter[int] = Counter()
         self.zone_view = MainZoneView(config)
         self.store: LogStore
-        self.objects: ObjectTier | None = None
         self.coordinator: GroupCoordinator
         self.commit_nursery: trio.Nursery
 
@@ -140,9 +140,6 @@ class MainBroker:
         store.load_offsets = self.coordinator.load_offsets
         store.delete_topic_offsets = self.coordinator.delete_topic_offsets
         store.snapshot_offsets = self._snapshot_offsets
-        if cfg.object_store_url is not None:
-            # Before replay: partitions must know their committed objects as they appear.
-            self.objects = await ObjectTier.open(self)
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
         warm_up(self.versions)
@@ -172,8 +169,6 @@ class MainBroker:
                     self.coordinator.owns = self.cluster.owns_group
                     nursery.start_soon(self.cluster.run)
                 await nursery.start(self.coordinator.run)
-                if self.objects is not None:
-                    nursery.start_soon(self.objects.run)
                 if cfg.rpc_port is not None:
                     self.rpc_port = await nursery.start(self._serve_rpc)
                 listeners = await nursery.start(
@@ -182,7 +177,8 @@ class MainBroker:
                 self.bound_port = listeners[0].socket.getsockname()[1]
                 if cfg.advertised_port is None:
                     cfg.advertised_port = self.bound_port
-                    self.zone_view = MainZoneView(cfg)  # it names this node by its port
+                    # It names this node by its port.
+                    self.zone_view = MainZoneView(cfg, self._live_proxies())
                 self.ready = True
                 log.info(
                     "main broker %d serving on %s:%d (zone %s)",
@@ -227,7 +223,17 @@ class MainBroker:
     async def _rpc_state(
         self, peer: RpcPeer, params: dict[str, Any], send: Callable[[Any], Awaitable[None]]
     ) -> None:
-        await publish_state(self.store, self.config.node_id, send)
+        # A zone proxy is live for this main while it holds a state subscription.
+        self._state_subscribers[peer.node_id] += 1
+        self.zone_view.set_live_proxies(self._live_proxies())
+        try:
+            await publish_state(self.store, self.config.node_id, send)
+        finally:
+            self._state_subscribers[peer.node_id] -= 1
+            self.zone_view.set_live_proxies(self._live_proxies())
+
+    def _live_proxies(self) -> list[int]:
+        return [node for node, count in self._state_subscribers.items() if count > 0]
 
     async def _rpc_relay(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         """A Kafka request a proxy relays for one of its clients; answers the response frame."""
@@ -274,7 +280,6 @@ class MainBroker:
             # The partitions this main leads (with several mains each holds every topic).
             "partitions": store.led_partition_count() if store else 0,
             "wal_end_offset": store.wal.end_offset if store else 0,
-            "objects": self.objects.status() if self.objects is not None else None,
             "uptime_s": round(time.time() - self.started_at, 1),
         }
 
