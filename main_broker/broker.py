@@ -36,6 +36,7 @@ from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.log_store import LogStore
+from main_broker.object_tier import ObjectTier
 from main_broker.state_stream import publish_state
 from main_broker.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, MainZoneView
 from shared_wal import WalReader, WalWriter, open_wal_fs
@@ -119,6 +120,7 @@ class MainBroker:
         self._state_subscribers: Counter[int] = Counter()
         self.zone_view = MainZoneView(config)
         self.store: LogStore
+        self.objects: ObjectTier | None = None
         self.coordinator: GroupCoordinator
         self.commit_nursery: trio.Nursery
 
@@ -140,6 +142,9 @@ class MainBroker:
         store.load_offsets = self.coordinator.load_offsets
         store.delete_topic_offsets = self.coordinator.delete_topic_offsets
         store.snapshot_offsets = self._snapshot_offsets
+        if cfg.object_store_url is not None:
+            # Before replay: partitions must know their committed objects as they appear.
+            self.objects = await ObjectTier.open(self)
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
         warm_up(self.versions)
@@ -169,6 +174,8 @@ class MainBroker:
                     self.coordinator.owns = self.cluster.owns_group
                     nursery.start_soon(self.cluster.run)
                 await nursery.start(self.coordinator.run)
+                if self.objects is not None:
+                    nursery.start_soon(self.objects.run)
                 if cfg.rpc_port is not None:
                     self.rpc_port = await nursery.start(self._serve_rpc)
                 listeners = await nursery.start(
@@ -280,6 +287,7 @@ class MainBroker:
             # The partitions this main leads (with several mains each holds every topic).
             "partitions": store.led_partition_count() if store else 0,
             "wal_end_offset": store.wal.end_offset if store else 0,
+            "objects": self.objects.status() if self.objects is not None else None,
             "uptime_s": round(time.time() - self.started_at, 1),
         }
 
