@@ -25,6 +25,12 @@ segment_bytes = 67108864
 retention_bytes = -1              # -1: unbounded
 retention_ms = 604800000
 
+[storage]                         # committed data in S3 objects (absent: WAL only)
+object_store = "file://data/objects"  # or s3://bucket/prefix?endpoint=...&region=...
+upload_threshold_bytes = 524288000    # upload when this much committed data is not in S3
+upload_interval_s = 60.0              # ... or when this long has passed since the last upload
+object_cache_bytes = 67108864         # LRU of DataBlocks read back from objects
+
 [[main_brokers]]
 node_id = 1
 zone = "us-east-1a"               # a zone name or AZ id; "auto" or absent: ask EC2 IMDSv2
@@ -160,6 +166,8 @@ def _resolve_url(url: str, base: Path) -> str:
         if not path.is_absolute():
             path = base / path
         return f"osfs://{path}"
+    if url.startswith("file://") and not url[len("file://") :].startswith("/"):
+        return f"file://{base / url[len('file://') :]}"  # relative to the config file
     return url
 
 
@@ -347,6 +355,22 @@ def _join_mains(
         m.broker.metadata_poll_s = float(metadata.get("poll_interval_s", 0.5))
 
 
+def _storage(mains: list[MainBrokerNode], storage: dict[str, Any], base_dir: Path) -> None:
+    """[storage]: the object store the mains upload committed data to, and when."""
+    url = storage.get("object_store")
+    if url is None:
+        return
+    url = _resolve_url(str(url), base_dir)
+    for m in mains:
+        b = m.broker
+        b.object_store_url = url
+        b.upload_threshold_bytes = int(storage.get("upload_threshold_bytes", 500 * 1024 * 1024))
+        b.upload_interval_s = float(storage.get("upload_interval_s", 60.0))
+        b.object_cache_bytes = int(storage.get("object_cache_bytes", 64 * 1024 * 1024))
+        if b.upload_threshold_bytes <= 0 or b.upload_interval_s <= 0:
+            raise ConfigError("[storage] upload_threshold_bytes and upload_interval_s must be > 0")
+
+
 def _main_endpoint(node: MainBrokerNode) -> MainEndpoint:
     cfg = node.broker
     if not cfg.rpc_port:
@@ -504,6 +528,7 @@ def parse_fleet_config(
         for raw in doc.get("main_brokers", [])
     ]
     _join_mains(mains, doc.get("metadata", {}), data_dir, base_dir)
+    _storage(mains, doc.get("storage", {}), base_dir)
     proxies = _parse_proxies(
         list(doc.get("proxies", [])), zones, mains, secret, wal_url, wal_config
     )
@@ -553,6 +578,11 @@ az_id = "use1-az1"
 [wal]
 url = "osfs://{data_dir / "wal"}"
 
+[storage]
+object_store = "file://{data_dir / "objects"}"
+upload_threshold_bytes = 524288000
+upload_interval_s = 60.0
+
 [[main_brokers]]
 node_id = 1
 zone = "{zone}"
@@ -595,6 +625,10 @@ url = "osfs://{data_dir / "wal"}"
     for k in range(1, zones + 1):
         parts.append(f'[[zones]]\nname = "az{k}"\naz_id = "use1-az{k}"\n')
     parts.append(f'[metadata]\nurl = "file://{data_dir / "metadata"}"\n')
+    parts.append(
+        f'[storage]\nobject_store = "file://{data_dir / "objects"}"\n'
+        "upload_threshold_bytes = 524288000\nupload_interval_s = 60.0\n"
+    )
     for k in range(1, zones + 1):
         base = base_port + ZONE_PORT_STRIDE * k
         parts.append(

@@ -186,3 +186,24 @@ async def test_commit_trim_and_read_back_across_restarts(bucket_url: str, tmp_pa
         got = await trio.to_thread.run_sync(_consume_all, bootstrap, 1850)
         assert got == _expected(1850)
         nursery.cancel_scope.cancel()
+
+
+def test_fleet_storage_section(tmp_path: Path) -> None:
+    import tomllib
+
+    from fleet.config import local_fleet_toml, local_zones_fleet_toml, parse_fleet_config
+
+    text = local_fleet_toml(tmp_path, 19000).replace(
+        f'object_store = "file://{tmp_path / "objects"}"', 'object_store = "file://objects"'
+    )
+    (main,) = parse_fleet_config(tomllib.loads(text), tmp_path).mains
+    assert main.broker.object_store_url == f"file://{tmp_path / 'objects'}"
+    assert main.broker.upload_threshold_bytes == 500 * 1024 * 1024
+    assert main.broker.upload_interval_s == 60.0
+    zones = parse_fleet_config(
+        tomllib.loads(local_zones_fleet_toml(tmp_path, 19000, 2, "s" * 32)), tmp_path
+    )
+    assert {m.broker.object_store_url for m in zones.mains} == {f"file://{tmp_path / 'objects'}"}
+    no_storage = text.split("[storage]")[0] + "[[main_brokers]]" + text.split("[[main_brokers]]")[1]
+    (plain,) = parse_fleet_config(tomllib.loads(no_storage), tmp_path).mains
+    assert plain.broker.object_store_url is None
