@@ -24,7 +24,7 @@ from main_broker.partition_log import BatchEntry, ObjectSpan, PartitionLog
 from s3_commit import AsyncObjectStore, ObjectStore, ObjectStoreError, open_object_store
 from s3_commit.manifest import StreamShare, UploadedObject, new_object_id
 from s3_commit.manifest_store import ManifestStore, sweep_orphans
-from s3_commit.object_format import DEFAULT_BLOCK_SIZE, CorruptObject
+from s3_commit.object_format import DEFAULT_BLOCK_SIZE
 from s3_commit.object_plan import DEFAULT_SPLIT_SIZE, plan_upload
 from s3_commit.object_reader import ObjectReader
 from s3_commit.object_store import request_class
@@ -130,7 +130,7 @@ class ObjectTier:
                         await self.upload_once()
                         backoff = MIN_BACKOFF_S
                         continue  # more may be pending past one upload's cap
-                    except (ObjectStoreError, OSError, CorruptObject, ValueError) as exc:
+                    except Exception as exc:  # the WAL keeps the data: log and retry
                         self.failures += 1
                         self.last_error = f"{type(exc).__name__}: {exc}"
                         log.warning("upload failed, retrying in %.1fs: %s", backoff, exc)

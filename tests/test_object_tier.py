@@ -21,9 +21,20 @@ from s3_commit import open_object_store
 from s3_commit.manifest import Manifest, manifest_key
 from s3_commit.object_format import check_block, decode_object
 from shared_wal import WalConfig
-from tests.s3_servers import ACCESS_KEY, SECRET_KEY, SeaweedServer, free_port, seaweedfs
+from tests.s3_servers import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    Fault,
+    FaultProxy,
+    MotoServer,
+    SeaweedServer,
+    fault_proxy,
+    free_port,
+    moto,
+    seaweedfs,
+)
 
-__all__ = ["seaweedfs"]
+__all__ = ["fault_proxy", "moto", "seaweedfs"]  # fixtures, imported so pytest finds them
 
 TOPIC = "tiered"
 VALUE = b"v" * 300
@@ -123,9 +134,12 @@ async def test_commit_trim_and_read_back_across_restarts(bucket_url: str, tmp_pa
         await _wait_uploaded(broker, 1500)
         tier = broker.objects
         assert tier is not None and tier.uploads >= 1 and tier.tracker.pending_bytes == 0
-        with trio.fail_after(10):
+        with trio.move_on_after(20):
             while plog.wal_start_offset == 0:  # retention runs every 0.1 s
                 await trio.sleep(0.05)
+        wal = broker.store.wal
+        first = plog.entries[0].position if plog.entries else None
+        assert plog.wal_start_offset > 0, (wal.segments(), wal.retention_floor, first)
         assert plog.log_start_offset == 0 < plog.wal_start_offset
         status = broker.status()["objects"]
         assert status["uploads"] == tier.uploads and status["put_requests"] >= tier.uploads
@@ -207,3 +221,29 @@ def test_fleet_storage_section(tmp_path: Path) -> None:
     no_storage = text.split("[storage]")[0] + "[[main_brokers]]" + text.split("[[main_brokers]]")[1]
     (plain,) = parse_fleet_config(tomllib.loads(no_storage), tmp_path).mains
     assert plain.broker.object_store_url is None
+
+
+async def test_s3_faults_do_not_stop_produce_and_uploads_resume(
+    moto: MotoServer, fault_proxy: FaultProxy, tmp_path: Path
+) -> None:
+    bucket = moto.new_bucket()
+    url = (
+        f"s3://{bucket}/faults?endpoint={fault_proxy.endpoint}&region=us-east-1"
+        f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
+        "&max_attempts=1"
+    )
+    config = _config(tmp_path / "wal", url)
+    config.metadata_url = None
+    broker = MainBroker(config)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker.run)
+        bootstrap = f"127.0.0.1:{port}"
+        await broker.create_topic(TOPIC, 1, {})
+        fault_proxy.inject(Fault(status=500, code="InternalError", method="PUT"), times=3)
+        await trio.to_thread.run_sync(_produce, bootstrap, 0, 600)  # every record acked
+        await _wait_uploaded(broker, 600)
+        tier = broker.objects
+        assert tier is not None and tier.failures >= 1 and tier.last_error is None
+        got = await trio.to_thread.run_sync(_consume_all, bootstrap, 600)
+        assert got == _expected(600)
+        nursery.cancel_scope.cancel()
