@@ -68,7 +68,10 @@ def _config(wal_dir: Path, url: str, *, uploads: bool = True) -> BrokerConfig:
 
 
 def _produce(bootstrap: str, start: int, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    # Small batches, so that the WAL holds many records over several segments.
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "batch.size": 16384}
+    )
     errors: list[Any] = []
 
     def delivered(error: Any, _msg: Any) -> None:
