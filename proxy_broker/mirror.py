@@ -229,7 +229,10 @@ class MainMirror:
         out: list[WalRecord] = []
         prefetched: dict[WalPosition, bytearray] = {}
         prefetched_bytes = 0
-        byte_cap = self.cache.budget // PREFETCH_CACHE_SHARE
+        # Only for a mirror consumers read: prefetching every other proxy's payloads for one
+        # nobody reads cost its proxy a core's worth of copying at full produce throughput.
+        reading = time.monotonic() - self.last_read <= READ_ACTIVE_S
+        byte_cap = self.cache.budget // PREFETCH_CACHE_SHARE if reading else 0
         try:
             records = reader.tail(self.tail_offset, self.wal_end, TAIL_CHUNK_BYTES)
         except OffsetOutOfRange:
@@ -244,7 +247,7 @@ class MainMirror:
                     prefetched[record.position] = data
                     prefetched_bytes += len(data)
             out.append(record)
-            if prefetched_bytes >= byte_cap:
+            if reading and prefetched_bytes >= byte_cap:
                 break
         return out, prefetched
 

@@ -120,6 +120,12 @@ async def test_links_to_other_writers_are_prefetched_own_ones_are_not(tmp_path: 
         }
     )
 
+    # A mirror nobody reads prefetches nothing: its consumers, if any come, read lazily.
+    records, prefetched = await trio.to_thread.run_sync(mirror._read_chunk)
+    assert len(records) == 4 and prefetched == {}
+    assert set(batches.opened) == {"main-1"}
+
+    mirror.note_read()  # a consumer reads it: from now on it prefetches
     records, prefetched = await trio.to_thread.run_sync(mirror._read_chunk)
     assert [r.type for r in records] == [RecordType.DATA] + [RecordType.LINK] * 3
     # Only the other proxy's payload was read; the mirror's own WAL was not touched.
