@@ -62,7 +62,15 @@ class MainTraffic:
             data_dir=cfg.data_dir,
             storage_zone=cfg.storage_zone,
         )
-        self.client_zones = ClientZones(ZoneResolver(_zone_map(cfg), cfg.cidrs))
+        unknown = registry.counter(
+            "zonefleet_zone_unknown_values_total",
+            "client zone values (client.id tags, rack ids) that name no known zone, ignored",
+            ["source"],
+        )
+        resolver = ZoneResolver(
+            _zone_map(cfg), cfg.cidrs, on_unknown=lambda source: unknown.labels(source).inc()
+        )
+        self.client_zones = ClientZones(resolver)
         self.kafka = KafkaTrafficMeter(self.node.record, cfg.zone, self.client_zones)
         node_zones = dict(cfg.peer_zones)
         node_zones.update((m.node_id, m.zone) for m in cfg.mains)

@@ -278,7 +278,10 @@ async def test_a_direct_client_of_a_main_is_booked_to_its_tagged_zone(tmp_path: 
 
         await trio.to_thread.run_sync(list_topics, "zone=az3")
         await trio.to_thread.run_sync(list_topics, "no-zone-here")
+        await trio.to_thread.run_sync(list_topics, "zone=atlantis")  # ignored, and counted
         nursery.cancel_scope.cancel()
+    metrics = main.registry.render()
+    assert 'zonefleet_zone_unknown_values_total{source="client_id"} 1' in metrics
     totals = main.traffic.node.accounting.totals()
     kafka = {k for k in totals if k.channel == "kafka-client"}
     assert TrafficKey("az3", "az1", "kafka-client", "Metadata") in kafka

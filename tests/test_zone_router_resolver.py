@@ -125,6 +125,14 @@ def test_unknown_values_fall_through_and_are_counted_and_logged_once(
     assert sum("'mars'" in m for m in messages) == 1
 
 
+def test_unknown_values_are_reported_to_a_hook_by_source() -> None:
+    seen: list[str] = []
+    r = ZoneResolver(ZONES, CIDRS, on_unknown=seen.append)
+    _resolve(r, listener_zone="eu-west-1a", client_id="zone=mars", rack_id="use1-az9")
+    _resolve(r, client_id="zone=us-east-1a")
+    assert seen == ["listener", "client_id", "rack"]
+
+
 def test_unknown_value_tracking_is_bounded() -> None:
     r = ZoneResolver(ZONES, max_tracked_unknown=4)
     for i in range(50):

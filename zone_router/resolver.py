@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -109,8 +109,10 @@ class ZoneResolver:
         cidrs: Mapping[str, str] | None = None,
         *,
         max_tracked_unknown: int = 1024,
+        on_unknown: Callable[[str], None] | None = None,
     ) -> None:
         self.zones = zones
+        self.on_unknown = on_unknown  # called with the source of every unknown value
         self.cidrs = CidrZoneMap(zones, cidrs or {})
         self.unknown_values: Counter[str] = Counter()
         self.unknown_by_source: Counter[str] = Counter()
@@ -155,6 +157,8 @@ class ZoneResolver:
             key = OTHER_UNKNOWN
         self.unknown_values[key] += 1
         self.unknown_by_source[source] += 1
+        if self.on_unknown is not None:
+            self.on_unknown(source)
         if key not in self._logged:
             self._logged.add(key)
             if key == OTHER_UNKNOWN:
