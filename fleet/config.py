@@ -29,7 +29,7 @@ retention_ms = 604800000
 object_store = "file://data/objects"  # or s3://bucket/prefix?endpoint=...&region=...
 upload_threshold_bytes = 524288000    # upload when this much committed data is not in S3
 upload_interval_s = 60.0              # ... or when this long has passed since the last upload
-object_cache_bytes = 67108864         # LRU of DataBlocks read back from objects
+object_cache_bytes = 67108864         # LRU of DataBlocks read back from objects (per node)
 
 [[main_brokers]]
 node_id = 1
@@ -355,12 +355,21 @@ def _join_mains(
         m.broker.metadata_poll_s = float(metadata.get("poll_interval_s", 0.5))
 
 
-def _storage(mains: list[MainBrokerNode], storage: dict[str, Any], base_dir: Path) -> None:
-    """[storage]: the object store the mains upload committed data to, and when."""
+def _storage(
+    mains: list[MainBrokerNode],
+    proxies: list[ProxyNode],
+    storage: dict[str, Any],
+    base_dir: Path,
+) -> None:
+    """[storage]: the object store the mains upload committed data to, and when; proxies read
+    from it what their WAL mirrors no longer hold."""
     url = storage.get("object_store")
     if url is None:
         return
     url = _resolve_url(str(url), base_dir)
+    for p in proxies:
+        p.proxy.object_store_url = url
+        p.proxy.object_cache_bytes = int(storage.get("object_cache_bytes", 64 * 1024 * 1024))
     for m in mains:
         b = m.broker
         b.object_store_url = url
@@ -528,10 +537,10 @@ def parse_fleet_config(
         for raw in doc.get("main_brokers", [])
     ]
     _join_mains(mains, doc.get("metadata", {}), data_dir, base_dir)
-    _storage(mains, doc.get("storage", {}), base_dir)
     proxies = _parse_proxies(
         list(doc.get("proxies", [])), zones, mains, secret, wal_url, wal_config
     )
+    _storage(mains, proxies, doc.get("storage", {}), base_dir)
     zone_proxies = [
         Node(p.proxy.node_id, p.proxy.zone, "proxy", *p.proxy.advertised) for p in proxies
     ]

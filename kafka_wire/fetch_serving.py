@@ -26,6 +26,16 @@ TOPIC_IDS_VERSION = 13
 DEFAULT_MAX_BYTES = 2**31 - 1
 
 
+class PartitionReadError(Exception):
+    """Raised by `FetchSource.batches_bytes` when a partition's bytes cannot be read (an
+    object store or file system failure, a corrupt object): that partition is answered with
+    `error_code` and no records, the rest of the response as usual."""
+
+    def __init__(self, error_code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or error_code.name)
+        self.error_code = error_code
+
+
 class FetchEntry(Protocol):
     """One record batch as the store indexes it."""
 
@@ -86,7 +96,10 @@ class FetchSource(Protocol[E]):
         """Set when any partition's readable data grows; replaced by a fresh Event each time."""
         ...
 
-    async def batches_bytes(self, entries: Sequence[E]) -> list[Buffer]: ...
+    async def batches_bytes(self, entries: Sequence[E]) -> list[Buffer]:
+        """The entries' bytes; raises PartitionReadError when they cannot be read."""
+        ...
+
     def on_bytes_out(self, topic: str, nbytes: int) -> None: ...
 
 
@@ -222,7 +235,11 @@ async def serve_fetch(
         with trio.move_on_at(deadline):
             await arrived.wait()
     for want, entries in chosen:
-        records = await source.batches_bytes(entries)
+        try:
+            records = await source.batches_bytes(entries)
+        except PartitionReadError as exc:
+            want.result.error_code = exc.error_code
+            continue
         want.result.records = records
         source.on_bytes_out(want.topic, sum(len(r) for r in records))
     out_topics = [(name, topic_id, [w.result for w in parts]) for name, topic_id, parts in wants]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.fetch_serving import leader_epoch_error, serve_fetch
+from kafka_wire.fetch_serving import PartitionReadError, leader_epoch_error, serve_fetch
 from kafka_wire.record_batch import decode_records_for_tools, parse_batch_header
 from kafka_wire.server_loop import Buffer
 from main_broker.log_store import TopicState
@@ -109,19 +109,24 @@ async def list_offsets(broker: MainBroker, ctx: RequestContext, req: Any) -> dic
                 continue
             out["leader_epoch"] = plog.leader_epoch
             ts = p.timestamp
-            if ts == EARLIEST:
-                out["offset"] = plog.log_start_offset
-            elif ts == LATEST:
-                out["offset"] = plog.high_watermark
-            elif ts == MAX_TIMESTAMP:
-                entry = plog.max_timestamp_entry()
-                if entry is not None:
-                    out["offset"], out["timestamp"] = await _record_offset_at(broker, entry, None)
-            elif ts < 0:
-                out["error_code"] = ErrorCode.invalid_request
-            else:
-                entry = plog.first_batch_at_timestamp(ts)
-                if entry is not None:
-                    out["offset"], out["timestamp"] = await _record_offset_at(broker, entry, ts)
+            try:
+                if ts == EARLIEST:
+                    out["offset"] = plog.log_start_offset
+                elif ts == LATEST:
+                    out["offset"] = plog.high_watermark
+                elif ts == MAX_TIMESTAMP:
+                    entry = plog.max_timestamp_entry()
+                    if entry is not None:
+                        found = await _record_offset_at(broker, entry, None)
+                        out["offset"], out["timestamp"] = found
+                elif ts < 0:
+                    out["error_code"] = ErrorCode.invalid_request
+                else:
+                    entry = plog.first_batch_at_timestamp(ts)
+                    if entry is not None:
+                        found = await _record_offset_at(broker, entry, ts)
+                        out["offset"], out["timestamp"] = found
+            except PartitionReadError as exc:  # logged where the read failed
+                out["error_code"] = exc.error_code
         topics_out.append({"name": topic.name, "partitions": parts_out})
     return {"topics": topics_out}

@@ -13,7 +13,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -31,6 +31,9 @@ from shared_wal import (
 from shared_wal import broker_records as wal_records
 from shared_wal.batch_reader import BatchReader
 from shared_wal.broker_records import PreparedLink
+
+if TYPE_CHECKING:
+    from s3_commit.manifest import Manifest
 
 log = logging.getLogger("zonefleet.main_broker.store")
 
@@ -97,6 +100,9 @@ class LogStore:
         # has an object store: called for every partition a topic creation makes and after
         # replay. Returns True when the partition's offsets moved.
         self.adopt_objects: Callable[[PartitionLog], bool] = lambda plog: False
+        # The committed object manifest (None without an object store): state subscribers
+        # get it whole, then the rows each commit changed.
+        self.manifest: Manifest | None = None
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -164,6 +170,29 @@ class LogStore:
     def _partition_changed(self, plog: PartitionLog) -> None:
         for watcher in self._watchers:
             watcher.mark_partition(plog)
+
+    def partition_moved(self, plog: PartitionLog) -> None:
+        """A partition's offsets moved outside produce (objects adopted): tell subscribers
+        and waiting fetches."""
+        self._partition_changed(plog)
+        self.notify_data()
+
+    def set_manifest(self, manifest: Manifest) -> None:
+        """A manifest commit: subscribers are sent the streams it changed."""
+        self.manifest = manifest
+        for watcher in self._watchers:
+            watcher.mark_objects()
+
+    async def wait_manifest_published(self, version: int, timeout: float) -> bool:
+        """Wait until every current state subscriber was sent manifest `version` (or later),
+        at most `timeout` seconds; returns whether they all were."""
+        with trio.move_on_after(timeout):
+            while True:
+                behind = [w for w in self._watchers if w.sent_manifest_version < version]
+                if not behind:
+                    return True
+                await behind[0].sent.wait()
+        return False
 
     def set_leaders(self, name: str, leaders: list[int | None]) -> None:
         """Who leads each partition (None: this broker); subscribers hear of changes."""

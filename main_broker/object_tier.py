@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, cast
 __all__ = ["ObjectTier", "TieredBatchReader"]
 
 import trio
+from kio.schema.errors import ErrorCode
 
+from kafka_wire.fetch_serving import PartitionReadError
 from main_broker.object_upload import PartitionUpload, UploadTracker, retention_floor
 from main_broker.partition_log import BatchEntry, ObjectSpan, PartitionLog
 from s3_commit import AsyncObjectStore, ObjectStore, ObjectStoreError, open_object_store
@@ -44,6 +46,7 @@ UPLOAD_PART_SIZE = 100 << 20
 MIN_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 IDLE_POLL_S = 1.0
+PUBLISH_WAIT_S = 1.0
 
 
 class ObjectTier:
@@ -100,6 +103,7 @@ class ObjectTier:
             extra={"node": broker.config.node_id},
         )
         log_store = broker.store
+        log_store.manifest = manifest
         log_store.adopt_objects = tier.adopt
         log_store.batches = TieredBatchReader(log_store.reader.fs, tier, own=log_store.reader)
         return tier
@@ -187,10 +191,16 @@ class ObjectTier:
             nbytes += len(data)
         manifest = await self.manifests.update(lambda m: m.with_upload(uploaded))
         committed = list(by_stream.values())
-        self.tracker.committed(committed)
+        # One state frame carries the new ranges and the log starts they moved.
+        store.set_manifest(manifest)
         for part in committed:
             if part.plog.adopt_objects(manifest.stream(part.plog.topic_id, part.plog.partition)):
-                store.notify_data()
+                store.partition_moved(part.plog)
+        # Proxies learn of the objects before the WAL below them may go (issue 4: commit,
+        # publish, then trim); a stuck subscriber delays the trim only this long.
+        if not await store.wait_manifest_published(manifest.version, PUBLISH_WAIT_S):
+            log.info("WAL trim goes ahead of proxies lacking manifest %d", manifest.version)
+        self.tracker.committed(committed)
         self._update_floor()
         self.uploads += 1
         self.objects_uploaded += len(uploaded)
@@ -323,7 +333,7 @@ class TieredBatchReader(BatchReader):
 
     async def batch_bytes(self, entry: StoredBatch) -> Buffer:
         if isinstance(entry, ObjectSpan):
-            views = await self.tier.read_span(entry)
+            views = await self._read_span(entry)
             return b"".join(views) if len(views) != 1 else views[0]
         return await super().batch_bytes(entry)
 
@@ -333,7 +343,23 @@ class TieredBatchReader(BatchReader):
         out: list[Buffer] = []
         for entry in entries:
             if isinstance(entry, ObjectSpan):
-                out.extend(await self.tier.read_span(entry))
+                out.extend(await self._read_span(entry))
             else:
                 out.extend(await super().batches_bytes([cast(BatchEntry, entry)]))
         return out
+
+    async def _read_span(self, span: ObjectSpan) -> list[memoryview]:
+        """The span's batches; a store or object failure fails only the partition that read
+        it (KAFKA_STORAGE_ERROR, which clients retry), never the request or the broker."""
+        try:
+            return await self.tier.read_span(span)
+        except Exception as exc:  # of any kind: a store, a file system, or corrupt bytes
+            log.warning(
+                "reading offsets %d..%d of stream %016x from objects failed: %s: %s",
+                span.base_offset,
+                span.end - 1,
+                span.stream_id,
+                type(exc).__name__,
+                exc,
+            )
+            raise PartitionReadError(ErrorCode.kafka_storage_error, str(exc)) from exc

@@ -3,18 +3,28 @@
 A subscriber first gets one full snapshot, then one frame per coalesced delta. An idle stream
 sends a change at once; a busy one at most one frame per DELTA_INTERVAL_S, carrying whatever
 changed meanwhile (or while the previous frame was being sent). A full frame has every key
-below; a delta has only "wal_end" and whichever of "topics", "deleted" and "parts" is not
-empty. Frames (msgpack):
+below; a delta has only "wal_end" and whichever of "topics", "deleted", "parts" and "objects"
+is not empty. Frames (msgpack):
 
     {"full": bool, "node": main node id, "writer": WAL writer id, "wal_end": int,
      "topics": {name: [topic_id (16 bytes), partition count, {explicit configs},
                        [leader main node id per partition]]},                       # changed/new
      "deleted": [name, ...],
      "parts": [[topic, partition, leader_epoch, high_watermark, last_stable_offset,
-                log_start_offset, log_end_offset], ...]}                               # changed
+                log_start_offset, log_end_offset], ...],                              # changed
+     "objects": [[topic_id (16 bytes), partition,
+                  [[start, end, object key, object size, max timestamp], ...],   # ranges added
+                  [object key, ...]], ...]}                                    # ranges removed
+
+"objects" mirrors the main's object manifest (s3_commit/manifest_delta.py): in a full frame
+every stream with all its ranges, in a delta only the streams an upload or a removal changed
+since the subscriber's last frame. A proxy reads the offsets its WAL mirror no longer holds
+from those objects.
 
 A proxy never serves above the high watermark it mirrored (invariant 5), so a delta is sent only
-after the WAL group commit that moved it.
+after the WAL group commit that moved it. The manifest rows of an upload go out after its
+manifest CAS, in the same frame as the log start offsets it moved, and the main trims its WAL
+below them only once every subscriber was sent that frame (or a timeout passed).
 """
 
 from __future__ import annotations
@@ -25,9 +35,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from main_broker.partition_log import PartitionLog
+from s3_commit.manifest_delta import manifest_delta_rows, manifest_rows
 
 if TYPE_CHECKING:
     from main_broker.log_store import LogStore
+    from s3_commit.manifest import Manifest
 
 
 # Every frame costs a send to each proxy and, there, a WAL tail read: under load, group commits
@@ -41,7 +53,12 @@ class StateWatcher:
     def __init__(self) -> None:
         self.partitions: set[PartitionLog] = set()
         self.topics: set[str] = set()
+        self.objects = False  # the manifest changed
         self.changed = trio.Event()
+        # The manifest version this subscriber was last sent (the main trims its WAL below an
+        # upload once every subscriber has it); `sent` is set after each frame goes out.
+        self.sent_manifest_version = -1
+        self.sent = trio.Event()
 
     def mark_partition(self, plog: PartitionLog) -> None:
         self.partitions.add(plog)
@@ -50,6 +67,16 @@ class StateWatcher:
     def mark_topic(self, name: str) -> None:
         self.topics.add(name)
         self.changed.set()
+
+    def mark_objects(self) -> None:
+        self.objects = True
+        self.changed.set()
+
+    def frame_sent(self, manifest: Manifest | None) -> None:
+        if manifest is not None:
+            self.sent_manifest_version = manifest.version
+        self.sent.set()
+        self.sent = trio.Event()
 
 
 def partition_row(plog: PartitionLog) -> list[Any]:
@@ -71,6 +98,7 @@ def _frame(
     full: bool,
     topics: set[str],
     partitions: set[PartitionLog] | list[PartitionLog],
+    objects: list[list[Any]],
 ) -> dict[str, Any]:
     live = {n: store.topics[n] for n in topics if n in store.topics}
     frame: dict[str, Any] = {
@@ -94,12 +122,13 @@ def _frame(
             for p in partitions
             if p.topic in store.topics and store.topics[p.topic].partitions[p.partition] is p
         ],
+        "objects": objects,
     }
     if not full:
         # Deltas cross zones on every group commit: send only what a subscriber lacks.
         for key in ("full", "node", "writer"):
             del frame[key]
-        for key in ("topics", "deleted", "parts"):
+        for key in ("topics", "deleted", "parts", "objects"):
             if not frame[key]:
                 del frame[key]
     return frame
@@ -113,7 +142,10 @@ async def publish_state(
     watcher = store.watch()
     try:
         everything = [p for t in store.topics.values() for p in t.partitions]
-        await send(_frame(store, node_id, True, set(store.topics), everything))
+        manifest = store.manifest
+        frame = _frame(store, node_id, True, set(store.topics), everything, manifest_rows(manifest))
+        await send(frame)
+        watcher.frame_sent(manifest)
         last_wal_end = store.wal.end_offset
         last_sent = float("-inf")
         while True:
@@ -122,11 +154,23 @@ async def publish_state(
             watcher.changed = trio.Event()
             topics, partitions = watcher.topics, watcher.partitions
             watcher.topics, watcher.partitions = set(), set()
-            if not topics and not partitions and store.wal.end_offset == last_wal_end:
+            objects: list[list[Any]] = []
+            if watcher.objects:
+                watcher.objects = False
+                objects = manifest_delta_rows(manifest, store.manifest)
+                manifest = store.manifest
+            if (
+                not topics
+                and not partitions
+                and not objects
+                and store.wal.end_offset == last_wal_end
+            ):
+                watcher.frame_sent(manifest)
                 continue
-            frame = _frame(store, node_id, False, topics, partitions)
+            frame = _frame(store, node_id, False, topics, partitions, objects)
             last_wal_end = frame["wal_end"]
             last_sent = trio.current_time()
             await send(frame)
+            watcher.frame_sent(manifest)
     finally:
         store.unwatch(watcher)

@@ -11,8 +11,9 @@ from kafka_wire.codec import RequestHeader
 from kafka_wire.rpc_accounting import RpcTrafficMeter
 from kafka_wire.server_loop import ConnectionInfo, KafkaTrafficMeter
 from proxy_broker.config import ProxyConfig
+from s3_commit import request_class
 from shared_wal import set_io_hook
-from telemetry import MetricsRegistry, NodeTraffic
+from telemetry import CHANNEL_S3_GET, CHANNEL_S3_PUT, MetricsRegistry, NodeTraffic
 
 __all__ = ["ProxyTraffic"]
 
@@ -36,6 +37,14 @@ class ProxyTraffic:
 
     def _client_zone(self, header: RequestHeader, conn: ConnectionInfo) -> str:
         return self.zone
+
+    def s3_request(self, op: str, nbytes: int) -> None:
+        """An object-store request (a proxy only reads): booked from the storage zone."""
+        node = self.node
+        if request_class(op) == "put":
+            node.record(self.zone, node.storage_zone, CHANNEL_S3_PUT, op, nbytes)
+        else:
+            node.record(node.storage_zone, self.zone, CHANNEL_S3_GET, op, nbytes)
 
     def attach_wal(self, fs: Any) -> None:
         """Count every WAL read and write this node makes on `fs`."""

@@ -1,8 +1,9 @@
 """The zone proxy process: one per AZ, the only broker its zone's clients talk to.
 
 Produce: prepared in the shared WAL, confirmed with the owning main. Fetch: served from the
-mirror of each main. Metadata, FindCoordinator and DescribeCluster: relayed to a main and
-rewritten by the zone router so clients see only their zone. Everything else: relayed as is.
+mirror of each main, and below it from the mains' committed objects (with an object store).
+Metadata, FindCoordinator and DescribeCluster: relayed to a main and rewritten by the zone
+router so clients see only their zone. Everything else: relayed as is.
 
 A Produce or Fetch partition the proxy answers NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
 (the leader's mirror has not shown it yet, the main is unreachable, or the main said so)
@@ -18,9 +19,10 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import trio
+from kio.schema.errors import ErrorCode
 
 from kafka_wire.codec import (
     MalformedRequest,
@@ -31,7 +33,7 @@ from kafka_wire.codec import (
     encode_response,
     entity_to_data,
 )
-from kafka_wire.fetch_serving import serve_fetch
+from kafka_wire.fetch_serving import PartitionReadError, serve_fetch
 from kafka_wire.leader_hints import Endpoint, PartitionKey
 from kafka_wire.rpc import RpcClient, RpcError
 from kafka_wire.server_loop import (
@@ -45,9 +47,12 @@ from proxy_broker.accounting import ProxyTraffic
 from proxy_broker.config import ProxyConfig
 from proxy_broker.confirm_pipe import ConfirmPipe
 from proxy_broker.mirror import MainMirror, MirrorCache, MirrorPartition, MirrorTopic
+from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from proxy_broker.produce import begin_produce
 from proxy_broker.relay_plan import plan_relay
-from shared_wal import WalPosition, WalWriter, open_wal_fs
+from s3_commit import open_object_store
+from shared_wal import WalError, WalPosition, WalWriter, open_wal_fs
+from shared_wal.batch_index import BatchEntry
 from shared_wal.batch_reader import BatchReader
 from telemetry import BrokerMetrics, MetricsRegistry
 from zone_router import (
@@ -97,6 +102,7 @@ class ProxyBroker:
             for node, rpc in self.rpcs.items()
         }
         self.mirrors: dict[int, MainMirror] = {}
+        self.objects: ProxyObjects | None = None
         self._prepared: OrderedDict[tuple[int, int], memoryview] = OrderedDict()
         self.topology = self._topology()
         self.wal: WalWriter
@@ -124,6 +130,8 @@ class ProxyBroker:
         self.wal = await WalWriter.open(fs, cfg.writer_id, cfg.wal)
         self.batches = BatchReader(fs)
         cache = MirrorCache(cfg.mirror_cache_bytes)
+        if cfg.object_store_url is not None:
+            self.objects = await self._open_objects(cfg.object_store_url)
         for main in cfg.mains:
             self.mirrors[main.node_id] = MainMirror(
                 main,
@@ -133,12 +141,15 @@ class ProxyBroker:
                 cfg.writer_id,
                 self.take_prepared,
                 self._notify_data,
+                self.objects.evict if self.objects is not None else None,
             )
         try:
             async with trio.open_nursery() as nursery:
                 self.background = nursery
                 await nursery.start(self.wal.run)
                 await nursery.start(self.traffic.run)
+                if self.objects is not None:
+                    nursery.start_soon(self.objects.run)
                 for node, mirror in self.mirrors.items():
                     nursery.start_soon(mirror.run)
                     nursery.start_soon(self.pipes[node].run)
@@ -169,6 +180,11 @@ class ProxyBroker:
                 for rpc in self.rpcs.values():
                     await rpc.aclose()
                 await self.traffic.aclose()
+
+    async def _open_objects(self, url: str) -> ProxyObjects:
+        store = await trio.to_thread.run_sync(open_object_store, url)
+        store.traffic_hook = self.traffic.s3_request
+        return ProxyObjects(store, self.config.object_cache_bytes)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         self.metrics.connections.inc()
@@ -289,8 +305,25 @@ class ProxyBroker:
                     return self._leader_view(topic)
         return None
 
-    async def batches_bytes(self, entries: Sequence[Any]) -> list[Buffer]:
-        return await self.batches.batches_bytes(entries)
+    async def batches_bytes(self, entries: Sequence[BatchEntry]) -> list[Buffer]:
+        """The entries' bytes; a partition whose bytes cannot be read gets an error code (the
+        fetch's other partitions are answered as usual)."""
+        if self.objects is not None and entries and isinstance(entries[0], ObjectSpan):
+            # A mirror partition answers a fetch from objects with one span and nothing else.
+            out: list[Buffer] = []
+            for entry in entries:
+                out.extend(await self.objects.read(cast(ObjectSpan, entry)))
+            return out
+        try:
+            return await self.batches.batches_bytes(entries)
+        except (WalError, OSError) as exc:
+            log.warning(
+                "reading %d batches from %d on the shared WAL failed: %s",
+                len(entries),
+                entries[0].base_offset,
+                exc,
+            )
+            raise PartitionReadError(ErrorCode.kafka_storage_error, str(exc)) from exc
 
     def on_bytes_out(self, topic: str, nbytes: int) -> None:
         self.metrics.bytes_out.labels(topic).inc(nbytes)

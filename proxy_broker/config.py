@@ -47,6 +47,10 @@ class ProxyConfig:
     # Confirm calls outstanding per main (proxy_broker/confirm_pipe.py); 1 turns pipelining off.
     confirm_max_in_flight: int = 4
     wal: WalConfig = field(default_factory=WalConfig)
+    # The mains' object store (proxy_broker/object_reads.py): offsets a mirror no longer holds
+    # in the WAL are read from the objects the mains' manifests list. None: WAL only.
+    object_store_url: str | None = None
+    object_cache_bytes: int = 64 * 1024 * 1024  # LRU of DataBlocks, shared by every mirror
     # Traffic accounting (proxy_broker/accounting.py): JSONL under data_dir/accounting (None:
     # Prometheus only) and the zone the shared FS is booked to.
     data_dir: Path | None = None

@@ -3,6 +3,12 @@ stream, and its batches from tailing the main's WAL on the shared file system.
 
 The mirror never exposes an offset above the high watermark the main published (invariant 5),
 nor above what it has tailed: `visible_end` is the smaller of the two.
+
+Below what the WAL mirror holds, it reads the main's committed objects: the state stream also
+carries the main's object manifest (whole on subscribe, then the streams each upload changed),
+and a fetch at an offset the objects hold that the mirror has no bytes in memory for is
+answered from them (proxy_broker/object_reads.py). The main trims its WAL only below what its
+manifest lists, so the objects hold every offset the trimmed WAL held.
 """
 
 from __future__ import annotations
@@ -19,6 +25,10 @@ from kio.schema.errors import ErrorCode
 from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
 from kafka_wire.rpc import RpcClient, RpcError
 from proxy_broker.config import MainEndpoint
+from proxy_broker.object_reads import ObjectSpan
+from s3_commit.manifest import Manifest, StreamManifest
+from s3_commit.manifest_delta import apply_manifest_rows
+from s3_commit.object_format import stream_id_for
 from shared_wal import OffsetOutOfRange, RecordType, WalError, WalPosition, WalRecord
 from shared_wal.batch_index import BatchEntry, BatchIndex
 from shared_wal.batch_reader import BatchReader
@@ -35,6 +45,10 @@ READ_ACTIVE_S = 2.0
 IDLE_TAIL_S = 0.25
 PREFETCH_CACHE_SHARE = 4  # one chunk prefetches at most this fraction of the cache budget
 RESUBSCRIBE_BACKOFF_S = (0.1, 2.0)
+
+
+class ManifestMirrorError(Exception):
+    """The state stream's manifest rows do not apply to the manifest mirrored so far."""
 
 
 class MirrorPartition:
@@ -54,11 +68,31 @@ class MirrorPartition:
         self.log_start_offset = 0
         self.next_offset = 0
         self.index = BatchIndex()
+        # The main's committed objects of this partition (None: no object store, or none yet).
+        self.objects: StreamManifest | None = None
+        self.stream_id = 0
 
     def apply(self, row: Sequence[Any]) -> None:
         _, _, epoch, hw, lso, log_start, leo = row
         self.leader_epoch, self.high_watermark, self.last_stable_offset = epoch, hw, lso
         self.log_start_offset, self.next_offset = log_start, leo
+
+    def link_objects(self, stream: StreamManifest | None, stream_id: int) -> None:
+        self.objects, self.stream_id = stream, stream_id
+        self._drop_uploaded()
+
+    def _drop_uploaded(self) -> None:
+        """Forget the leading batches the objects hold and memory no longer does: their WAL
+        segments may be gone, and the objects answer for them."""
+        stream = self.objects
+        if stream is None:
+            return
+        end = stream.end_offset
+        entries = self.index.entries
+        n = 0
+        while n < len(entries) and entries[n].data is None and entries[n].last_offset < end:
+            n += 1
+        self.index.drop_front(n)
 
     @property
     def visible_end(self) -> int:
@@ -67,12 +101,37 @@ class MirrorPartition:
     def fetch_slice(
         self, offset: int, max_bytes: int, upper: int, must_return_one: bool
     ) -> tuple[int, Sequence[BatchEntry]]:
+        """From memory or the WAL mirror; below them, from the objects (one ObjectSpan)."""
         if self.on_read is not None:
             self.on_read()
         if offset < self.log_start_offset or offset > self.next_offset:
             return ErrorCode.offset_out_of_range, []
-        upper = min(upper, self.index.end_offset)
-        return ErrorCode.none, self.index.fetch_slice(offset, max_bytes, upper, must_return_one)
+        stream = self.objects
+        mirrored = min(upper, self.index.end_offset)
+        if stream is None or offset >= stream.end_offset:
+            return ErrorCode.none, self.index.fetch_slice(
+                offset, max_bytes, mirrored, must_return_one
+            )
+        self._drop_uploaded()
+        uploaded = stream.end_offset
+        entries = self.index.fetch_slice(offset, max_bytes, mirrored, must_return_one)
+        first = entries[0] if entries else None
+        if first is None or first.base_offset > offset or first.data is None:
+            # The mirror does not hold `offset` in memory (it was trimmed, never tailed, or
+            # evicted): the objects do. `upper` is at most the mirrored high watermark.
+            end = min(uploaded, upper)
+            if offset >= end or (max_bytes <= 0 and not must_return_one):
+                return ErrorCode.none, []
+            span = ObjectSpan(
+                stream, self.stream_id, offset, end, max(max_bytes, 1), must_return_one
+            )
+            return ErrorCode.none, [span]
+        # Stop before an uploaded batch memory lost: the next fetch reads it from the objects.
+        for i in range(1, len(entries)):
+            entry = entries[i]
+            if entry.data is None and entry.last_offset < uploaded:
+                return ErrorCode.none, entries[:i]
+        return ErrorCode.none, entries
 
 
 class MirrorTopic:
@@ -111,6 +170,7 @@ class MainMirror:
         own_writer: str,
         take_prepared: Callable[[int, int], memoryview | None],
         on_change: Callable[[], None],
+        on_objects_gone: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.main = main
         self.rpc = rpc
@@ -119,7 +179,10 @@ class MainMirror:
         self.own_writer = own_writer
         self.take_prepared = take_prepared
         self.on_change = on_change
+        self.on_objects_gone = on_objects_gone
         self.topics: dict[str, MirrorTopic] = {}
+        # The main's object manifest, as its state stream sent it.
+        self.manifest = Manifest(main.node_id)
         self.writer: str | None = None
         self.wal_end = 0
         self.tail_offset: int | None = None
@@ -155,6 +218,8 @@ class MainMirror:
             except RpcError as exc:
                 if self.connected:
                     log.warning("state stream of main %d lost: %s", self.main.node_id, exc)
+            except ManifestMirrorError as exc:
+                log.error("%s; resubscribing", exc)
             self.connected = False
             await trio.sleep(backoff)
             backoff = min(backoff * 2, RESUBSCRIBE_BACKOFF_S[1])
@@ -181,11 +246,33 @@ class MainMirror:
             topic = self.topics.get(row[0])
             if topic is not None and row[1] < len(topic.partitions):
                 topic.partitions[row[1]].apply(row)
+        if "objects" in frame or "topics" in frame:
+            self._apply_objects(frame.get("objects", ()), full)
         if frame["wal_end"] != self.wal_end:
             self.wal_end = frame["wal_end"]
             self._wal_moved.set()
         self.synced.set()
         self.on_change()
+
+    def _apply_objects(self, rows: Sequence[Any], full: bool) -> None:
+        old = self.manifest
+        base = Manifest(self.main.node_id) if full else old
+        try:
+            self.manifest = apply_manifest_rows(base, rows)
+        except (ValueError, TypeError) as exc:
+            # Later deltas would build on a manifest we could not follow: start over from a
+            # new subscription's full frame (the current one stays valid meanwhile).
+            raise ManifestMirrorError(
+                f"main {self.main.node_id} sent manifest rows we cannot apply: {exc}"
+            ) from exc
+        gone = old.keys() - self.manifest.keys() if self.manifest is not old else set()
+        if gone and self.on_objects_gone is not None:
+            self.on_objects_gone(sorted(gone))
+        # Cheap enough: topics and manifests change rarely (an upload every tens of seconds).
+        for topic in self.topics.values():
+            for part in topic.partitions:
+                stream = self.manifest.stream(topic.topic_id, part.partition)
+                part.link_objects(stream, stream_id_for(topic.topic_id, part.partition))
 
     # -- WAL tail ----------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The state stream's pacing: an idle stream sends a change at once, a busy one at most one
-delta per DELTA_INTERVAL_S carrying everything that changed meanwhile."""
+delta per DELTA_INTERVAL_S carrying everything that changed meanwhile. Its object manifest rows:
+all of them in the full frame, then only what each commit changed."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import trio
 import trio.testing
 
 from main_broker.state_stream import DELTA_INTERVAL_S, StateWatcher, publish_state
+from s3_commit.manifest import Manifest, StreamKey, StreamShare, UploadedObject
+from s3_commit.manifest_delta import apply_manifest_rows
 
 
 class FakeStore:
@@ -20,6 +23,7 @@ class FakeStore:
         self.wal = SimpleNamespace(end_offset=0)
         self.wal_writer_id = "main-1"
         self.watchers: list[StateWatcher] = []
+        self.manifest: Manifest | None = None
 
     def watch(self) -> StateWatcher:
         watcher = StateWatcher()
@@ -28,6 +32,11 @@ class FakeStore:
 
     def unwatch(self, watcher: StateWatcher) -> None:
         self.watchers.remove(watcher)
+
+    def set_manifest(self, manifest: Manifest) -> None:
+        self.manifest = manifest
+        for watcher in self.watchers:
+            watcher.mark_objects()
 
     def commit(self, nbytes: int) -> None:
         """A group commit: the WAL end moves and watchers are told."""
@@ -74,3 +83,79 @@ async def test_idle_change_goes_out_at_once_and_busy_ones_are_paced(
         # Nothing is lost by coalescing: the last delta carries the final WAL end.
         assert busy[-1][1]["wal_end"] == store.wal.end_offset == 600
         nursery.cancel_scope.cancel()
+
+
+TOPIC_A, TOPIC_B = bytes(range(16)), bytes(range(16, 32))
+SSO_1 = "data/sso/0000018c0f0070000000000000000001"
+SSO_2 = "data/sso/0000018c0f0070000000000000000002"
+
+
+def _upload(manifest: Manifest, key: str, shares: list[tuple[bytes, int, int, int]]) -> Manifest:
+    return manifest.with_upload(
+        [
+            UploadedObject(
+                key, 5000, tuple(StreamShare(StreamKey(t, p), "t", s, e, 1700) for t, p, s, e in shares)
+            )
+        ]
+    )
+
+
+async def test_full_frame_carries_the_manifest_and_deltas_only_what_a_commit_changed(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    store = FakeStore()
+    first = _upload(Manifest(1), SSO_1, [(TOPIC_A, 0, 0, 100), (TOPIC_B, 3, 10, 12)])
+    store.manifest = first
+    sent: list[dict[str, Any]] = []
+
+    async def send(frame: dict[str, Any]) -> None:
+        sent.append(frame)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(publish_state, store, 1, send)  # type: ignore[arg-type]
+        await trio.testing.wait_all_tasks_blocked()
+        (full,) = sent
+        # Golden: one row per stream, in stream key order, every range, nothing removed.
+        assert full["objects"] == [
+            [TOPIC_A, 0, [[0, 100, SSO_1, 5000, 1700]], []],
+            [TOPIC_B, 3, [[10, 12, SSO_1, 5000, 1700]], []],
+        ]
+        watcher = store.watchers[0]
+        assert watcher.sent_manifest_version == first.version
+
+        # The next upload touches partition A/0 only: the delta names that range alone.
+        second = _upload(first, SSO_2, [(TOPIC_A, 0, 100, 250)])
+        mock_clock.jump(DELTA_INTERVAL_S)
+        store.set_manifest(second)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent[1] == {
+            "wal_end": 0,
+            "objects": [[TOPIC_A, 0, [[100, 250, SSO_2, 5000, 1700]], []]],
+        }
+        assert watcher.sent_manifest_version == second.version
+
+        # Removing an object removes its ranges from every stream that had one.
+        third = second.without_objects([SSO_1])
+        mock_clock.jump(DELTA_INTERVAL_S)
+        store.set_manifest(third)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent[2]["objects"] == [[TOPIC_A, 0, [], [SSO_1]], [TOPIC_B, 3, [], [SSO_1]]]
+
+        # A proxy following the rows ends up with the main's manifest.
+        mirror = Manifest(1)
+        for frame in sent:
+            mirror = apply_manifest_rows(mirror, frame["objects"])
+        assert {k: s.ranges for k, s in mirror.streams.items()} == {
+            k: s.ranges for k, s in third.streams.items()
+        }
+        nursery.cancel_scope.cancel()
+
+
+def test_rows_that_would_overlap_are_refused() -> None:
+    base = apply_manifest_rows(Manifest(1), [[TOPIC_A, 0, [[0, 100, SSO_1, 5000, -1]], []]])
+    try:
+        apply_manifest_rows(base, [[TOPIC_A, 0, [[50, 150, SSO_2, 5000, -1]], []]])
+    except ValueError as exc:
+        assert "overlaps" in str(exc)
+    else:
+        raise AssertionError("overlapping rows were applied")
