@@ -19,6 +19,7 @@ from s3_commit.async_store import AsyncObjectStore
 from s3_commit.manifest import MANIFEST_PREFIX, Manifest, manifest_key, orphan_keys
 from s3_commit.object_plan import DATA_PREFIX
 from s3_commit.object_store import ConditionalPutUnknown, ObjectStoreError, PreconditionFailed
+from telemetry.pause_points import pause_point
 
 __all__ = ["MAX_CAS_ATTEMPTS", "ManifestStore", "referenced_keys", "sweep_orphans"]
 
@@ -51,6 +52,7 @@ class ManifestStore:
             new = change(self.manifest)
             if new is self.manifest:
                 return new
+            pause_point("after_upload")  # crash tests: the change's objects are in, unlisted
             try:
                 self.puts += 1
                 etag = await self.store.put(
@@ -61,6 +63,7 @@ class ManifestStore:
                 await self.load()
                 await trio.sleep(0.01)
                 continue
+            pause_point("after_manifest")
             self.manifest, self.etag, self.exists = new, etag, True
             return new
         raise ObjectStoreError(f"gave up updating {self.key} after {MAX_CAS_ATTEMPTS} conflicts")

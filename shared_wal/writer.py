@@ -28,6 +28,7 @@ from shared_wal.record import (
 from shared_wal.recovery import recover
 from shared_wal.retention import segments_to_delete
 from shared_wal.storage import FS
+from telemetry.pause_points import pause_point
 
 log = logging.getLogger("zonefleet.wal")
 
@@ -392,6 +393,8 @@ class WalWriter:
                 log.warning("WAL %s: could not delete %s: %r", self.writer_id, path, exc)
                 break
             deleted.append(segment)
+            if len(deleted) < len(victims):
+                pause_point("during_trim")  # crash tests: some segments gone, the rest not
         if deleted:
             storage.sync_dir(self.fs, self._dir)
         return deleted
