@@ -141,7 +141,7 @@ class ProxyBroker:
                 cfg.writer_id,
                 self.take_prepared,
                 self._notify_data,
-                self.objects.evict if self.objects is not None else None,
+                self.objects,
             )
         try:
             async with trio.open_nursery() as nursery:
@@ -308,8 +308,10 @@ class ProxyBroker:
     async def batches_bytes(self, entries: Sequence[BatchEntry]) -> list[Buffer]:
         """The entries' bytes; a partition whose bytes cannot be read gets an error code (the
         fetch's other partitions are answered as usual)."""
-        if self.objects is not None and entries and isinstance(entries[0], ObjectSpan):
-            # A mirror partition answers a fetch from objects with one span and nothing else.
+        if entries and isinstance(entries[0], ObjectSpan):
+            # A mirror partition answers a fetch from objects with one span and nothing else;
+            # it makes spans only when the proxy has an object store.
+            assert self.objects is not None
             out: list[Buffer] = []
             for entry in entries:
                 out.extend(await self.objects.read(cast(ObjectSpan, entry)))

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
 from kafka_wire.rpc import RpcClient, RpcError
 from proxy_broker.config import MainEndpoint
-from proxy_broker.object_reads import ObjectSpan
+from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from s3_commit.manifest import Manifest, StreamManifest
 from s3_commit.manifest_delta import apply_manifest_rows
 from s3_commit.object_format import stream_id_for
@@ -170,7 +170,7 @@ class MainMirror:
         own_writer: str,
         take_prepared: Callable[[int, int], memoryview | None],
         on_change: Callable[[], None],
-        on_objects_gone: Callable[[list[str]], None] | None = None,
+        objects: ProxyObjects | None = None,
     ) -> None:
         self.main = main
         self.rpc = rpc
@@ -179,7 +179,7 @@ class MainMirror:
         self.own_writer = own_writer
         self.take_prepared = take_prepared
         self.on_change = on_change
-        self.on_objects_gone = on_objects_gone
+        self.objects = objects  # None: no object store, so partitions never read objects
         self.topics: dict[str, MirrorTopic] = {}
         # The main's object manifest, as its state stream sent it.
         self.manifest = Manifest(main.node_id)
@@ -265,9 +265,11 @@ class MainMirror:
             raise ManifestMirrorError(
                 f"main {self.main.node_id} sent manifest rows we cannot apply: {exc}"
             ) from exc
+        if self.objects is None:
+            return
         gone = old.keys() - self.manifest.keys() if self.manifest is not old else set()
-        if gone and self.on_objects_gone is not None:
-            self.on_objects_gone(sorted(gone))
+        if gone:
+            self.objects.evict(sorted(gone))
         # Cheap enough: topics and manifests change rarely (an upload every tens of seconds).
         for topic in self.topics.values():
             for part in topic.partitions:

@@ -91,13 +91,8 @@ SSO_2 = "data/sso/0000018c0f0070000000000000000002"
 
 
 def _upload(manifest: Manifest, key: str, shares: list[tuple[bytes, int, int, int]]) -> Manifest:
-    return manifest.with_upload(
-        [
-            UploadedObject(
-                key, 5000, tuple(StreamShare(StreamKey(t, p), "t", s, e, 1700) for t, p, s, e in shares)
-            )
-        ]
-    )
+    shared = tuple(StreamShare(StreamKey(t, p), "t", s, e, 1700) for t, p, s, e in shares)
+    return manifest.with_upload([UploadedObject(key, 5000, shared)])
 
 
 async def test_full_frame_carries_the_manifest_and_deltas_only_what_a_commit_changed(
