@@ -25,7 +25,11 @@ from fleet.config import FleetConfig
 from kafka_wire.record_batch import parse_batch_header
 from main_broker.broker import MainBroker
 from proxy_broker.broker import ProxyBroker
+from proxy_broker.mirror import MirrorPartition
+from proxy_broker.object_reads import ObjectSpan
+from s3_commit.manifest import ObjectRange, StreamManifest
 from shared_wal import WalConfig
+from shared_wal.batch_index import BatchEntry
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     ZoneFleet,
@@ -37,6 +41,56 @@ from tests.zone_fleet import (
 )
 
 PREFIX = "rec"
+SSO = "data/sso/0000018c0f0070000000000000000001"
+
+
+def _mirror_partition(cached: set[int]) -> MirrorPartition:
+    """Batches of 10 offsets from 100 to 200 in the WAL mirror (bytes in memory only for the
+    bases in `cached`), objects holding [0, 150), high watermark 190."""
+    part = MirrorPartition("t", 0, 1)
+    part.apply(["t", 0, 0, 190, 190, 0, 200])
+    for base in range(100, 200, 10):
+        data = b"x" * 50 if base in cached else None
+        part.index.add(BatchEntry(base, base + 9, -1, 50, data, None))
+    part.link_objects(StreamManifest("t", (ObjectRange(0, 150, SSO, 5000),)), 42)
+    return part
+
+
+def test_mirror_partition_reads_below_its_memory_from_objects() -> None:
+    part = _mirror_partition(cached={130, 140, 160})
+    # Leading batches the objects hold and memory lost are forgotten; 130 is still in memory.
+    assert part.index.entries[0].base_offset == 130
+
+    # Below the mirror: one span up to the objects' end.
+    error, entries = part.fetch_slice(0, 1000, 190, True)
+    assert error == ErrorCode.none
+    (span,) = entries
+    assert isinstance(span, ObjectSpan)
+    assert (span.base_offset, span.end, span.size, span.stream_id) == (0, 150, 1000, 42)
+    # In memory: from memory, then from the WAL mirror past the objects' end (150 on).
+    error, entries = part.fetch_slice(135, 1000, 190, True)
+    assert error == ErrorCode.none
+    assert [e.base_offset for e in entries] == [130, 140, 150, 160, 170, 180]
+    # Above the objects: the WAL mirror, never past the high watermark.
+    error, entries = part.fetch_slice(150, 1000, 190, True)
+    assert error == ErrorCode.none
+    assert [e.base_offset for e in entries] == [150, 160, 170, 180]
+    # Never past the high watermark from objects either.
+    error, entries = part.fetch_slice(0, 1000, 80, True)
+    assert error == ErrorCode.none
+    assert isinstance(entries[0], ObjectSpan) and entries[0].end == 80
+    # Out of range stays out of range.
+    assert part.fetch_slice(201, 1000, 190, True)[0] == ErrorCode.offset_out_of_range
+
+
+def test_mirror_partition_stops_at_an_uploaded_batch_memory_lost() -> None:
+    part = _mirror_partition(cached={100, 110, 130})
+    error, entries = part.fetch_slice(100, 1000, 190, True)
+    assert error == ErrorCode.none
+    assert [e.base_offset for e in entries] == [100, 110]  # 120 follows from the objects
+    error, entries = part.fetch_slice(120, 1000, 190, True)
+    assert error == ErrorCode.none
+    assert isinstance(entries[0], ObjectSpan) and entries[0].base_offset == 120
 
 
 @dataclass
