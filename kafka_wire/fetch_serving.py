@@ -8,7 +8,9 @@ through the small protocols below, so this module knows nothing of WALs or logs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -34,6 +36,20 @@ class PartitionReadError(Exception):
     def __init__(self, error_code: ErrorCode, message: str = "") -> None:
         super().__init__(message or error_code.name)
         self.error_code = error_code
+
+
+@contextlib.contextmanager
+def read_failures_fail_the_partition(log: logging.Logger, what: str) -> Iterator[None]:
+    """Any failure reading `what` (a store or file system error, corrupt bytes) fails only the
+    partition that read it, with KAFKA_STORAGE_ERROR, which clients retry: logged, never
+    raised into the request or the broker."""
+    try:
+        yield
+    except PartitionReadError:
+        raise
+    except Exception as exc:  # of any kind, by design: see the docstring
+        log.warning("reading %s failed: %s: %s", what, type(exc).__name__, exc)
+        raise PartitionReadError(ErrorCode.kafka_storage_error, str(exc)) from exc
 
 
 class FetchEntry(Protocol):

@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any, cast
 __all__ = ["ObjectTier", "TieredBatchReader"]
 
 import trio
-from kio.schema.errors import ErrorCode
 
-from kafka_wire.fetch_serving import PartitionReadError
+from kafka_wire.fetch_serving import read_failures_fail_the_partition
 from main_broker.object_upload import PartitionUpload, UploadTracker, retention_floor
 from main_broker.partition_log import BatchEntry, ObjectSpan, PartitionLog
 from s3_commit import AsyncObjectStore, ObjectStore, ObjectStoreError, open_object_store
-from s3_commit.manifest import StreamShare, UploadedObject, new_object_id
+from s3_commit.manifest import StreamManifest, StreamShare, UploadedObject, new_object_id
 from s3_commit.manifest_store import ManifestStore, sweep_orphans
 from s3_commit.object_format import DEFAULT_BLOCK_SIZE
 from s3_commit.object_plan import DEFAULT_SPLIT_SIZE, plan_upload
@@ -230,7 +229,7 @@ class ObjectTier:
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def read_span(self, span: ObjectSpan) -> list[memoryview]:
+    async def read_span(self, span: ObjectSpan[StreamManifest]) -> list[memoryview]:
         stream_id = span.stream_id
         if span.timestamp is not None:
             rng = span.stream.find(span.base_offset)
@@ -348,18 +347,7 @@ class TieredBatchReader(BatchReader):
                 out.extend(await super().batches_bytes([cast(BatchEntry, entry)]))
         return out
 
-    async def _read_span(self, span: ObjectSpan) -> list[memoryview]:
-        """The span's batches; a store or object failure fails only the partition that read
-        it (KAFKA_STORAGE_ERROR, which clients retry), never the request or the broker."""
-        try:
+    async def _read_span(self, span: ObjectSpan[StreamManifest]) -> list[memoryview]:
+        what = f"offsets {span.base_offset}..{span.end - 1} of stream {span.stream_id:016x}"
+        with read_failures_fail_the_partition(log, f"{what} from objects"):
             return await self.tier.read_span(span)
-        except Exception as exc:  # of any kind: a store, a file system, or corrupt bytes
-            log.warning(
-                "reading offsets %d..%d of stream %016x from objects failed: %s: %s",
-                span.base_offset,
-                span.end - 1,
-                span.stream_id,
-                type(exc).__name__,
-                exc,
-            )
-            raise PartitionReadError(ErrorCode.kafka_storage_error, str(exc)) from exc

@@ -24,47 +24,13 @@ from main_broker.producer_state import (
 from main_broker.topic_config import EffectiveTopicConfig
 from s3_commit.object_format import stream_id_for
 from shared_wal import WalPosition
-from shared_wal.batch_index import BatchEntry, BatchIndex
+from shared_wal.batch_index import BatchEntry, BatchIndex, ObjectSpan
 from shared_wal.broker_records import PreparedLink
 
 if TYPE_CHECKING:
     from s3_commit.manifest import StreamManifest
 
 __all__ = ["BatchEntry", "FetchSlice", "ObjectSpan", "PartitionLog"]
-
-
-class ObjectSpan(BatchEntry):
-    """A read the WAL index cannot answer, for committed objects to serve: whole batches from
-    `base_offset` below `end` within `size` bytes (at least one when `must_return_one`).
-
-    It stands in for the entries of a fetch slice, so Fetch serving needs no change: the
-    broker's batch reader resolves it with ranged GETs. `size` is the budget, an upper bound of
-    what the read returns. With `timestamp` set it asks for the first batch reaching that
-    timestamp instead (ListOffsets); the reader then moves `base_offset` to that batch.
-    """
-
-    __slots__ = ("end", "must_return_one", "stream", "stream_id", "timestamp")
-
-    def __init__(
-        self,
-        stream: StreamManifest,
-        stream_id: int,
-        offset: int,
-        end: int,
-        budget: int,
-        must_return_one: bool,
-        timestamp: int | None = None,
-        max_timestamp: int = -1,
-    ) -> None:
-        super().__init__(offset, end - 1, max_timestamp, budget, None, None)
-        self.stream = stream
-        self.stream_id = stream_id
-        self.end = end
-        self.must_return_one = must_return_one
-        self.timestamp = timestamp
-
-    def __repr__(self) -> str:
-        return f"ObjectSpan({self.base_offset}..<{self.end}, <= {self.size} B)"
 
 
 class FetchSlice(NamedTuple):

@@ -22,7 +22,6 @@ from functools import partial
 from typing import Any, cast
 
 import trio
-from kio.schema.errors import ErrorCode
 
 from kafka_wire.codec import (
     MalformedRequest,
@@ -33,7 +32,7 @@ from kafka_wire.codec import (
     encode_response,
     entity_to_data,
 )
-from kafka_wire.fetch_serving import PartitionReadError, serve_fetch
+from kafka_wire.fetch_serving import read_failures_fail_the_partition, serve_fetch
 from kafka_wire.leader_hints import Endpoint, PartitionKey
 from kafka_wire.rpc import RpcClient, RpcError
 from kafka_wire.server_loop import (
@@ -51,7 +50,8 @@ from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from proxy_broker.produce import begin_produce
 from proxy_broker.relay_plan import plan_relay
 from s3_commit import open_object_store
-from shared_wal import WalError, WalPosition, WalWriter, open_wal_fs
+from s3_commit.manifest import StreamManifest
+from shared_wal import WalPosition, WalWriter, open_wal_fs
 from shared_wal.batch_index import BatchEntry
 from shared_wal.batch_reader import BatchReader
 from telemetry import BrokerMetrics, MetricsRegistry
@@ -314,18 +314,11 @@ class ProxyBroker:
             assert self.objects is not None
             out: list[Buffer] = []
             for entry in entries:
-                out.extend(await self.objects.read(cast(ObjectSpan, entry)))
+                out.extend(await self.objects.read(cast(ObjectSpan[StreamManifest], entry)))
             return out
-        try:
+        what = f"{len(entries)} batches from {entries[0].base_offset} on the shared WAL"
+        with read_failures_fail_the_partition(log, what):
             return await self.batches.batches_bytes(entries)
-        except (WalError, OSError) as exc:
-            log.warning(
-                "reading %d batches from %d on the shared WAL failed: %s",
-                len(entries),
-                entries[0].base_offset,
-                exc,
-            )
-            raise PartitionReadError(ErrorCode.kafka_storage_error, str(exc)) from exc
 
     def on_bytes_out(self, topic: str, nbytes: int) -> None:
         self.metrics.bytes_out.labels(topic).inc(nbytes)

@@ -12,45 +12,18 @@ from __future__ import annotations
 import logging
 
 import trio
-from kio.schema.errors import ErrorCode
 
-from kafka_wire.fetch_serving import PartitionReadError
+from kafka_wire.fetch_serving import PartitionReadError, read_failures_fail_the_partition
 from s3_commit import AsyncObjectStore, ObjectStore
 from s3_commit.manifest import StreamManifest
 from s3_commit.object_reader import ObjectReader
-from shared_wal.batch_index import BatchEntry
+from shared_wal.batch_index import ObjectSpan
 
 __all__ = ["ObjectSpan", "ProxyObjects"]
 
 log = logging.getLogger("zonefleet.proxy.objects")
 
 MAX_THREADS = 8
-
-
-class ObjectSpan(BatchEntry):
-    """Whole batches of a stream from `base_offset` below `end`, within `size` bytes (at least
-    one when `must_return_one`): the part of a fetch that committed objects answer. `size` is
-    the budget, an upper bound of what the read returns."""
-
-    __slots__ = ("end", "must_return_one", "stream", "stream_id")
-
-    def __init__(
-        self,
-        stream: StreamManifest,
-        stream_id: int,
-        offset: int,
-        end: int,
-        budget: int,
-        must_return_one: bool,
-    ) -> None:
-        super().__init__(offset, end - 1, -1, budget, None, None)
-        self.stream = stream
-        self.stream_id = stream_id
-        self.end = end
-        self.must_return_one = must_return_one
-
-    def __repr__(self) -> str:
-        return f"ObjectSpan({self.base_offset}..<{self.end}, <= {self.size} B)"
 
 
 class ProxyObjects:
@@ -66,29 +39,22 @@ class ProxyObjects:
             self.reader.nursery = nursery
             await trio.sleep_forever()
 
-    async def read(self, span: ObjectSpan) -> list[memoryview]:
-        """The span's batches. Any failure (the store, a missing or corrupt object) fails only
-        the partition that read it, with KAFKA_STORAGE_ERROR, which clients retry."""
+    async def read(self, span: ObjectSpan[StreamManifest]) -> list[memoryview]:
+        """The span's batches; a failure fails only the partition that read it."""
+        what = f"offsets {span.base_offset}..{span.end - 1} of stream {span.stream_id:016x}"
         try:
-            return await self.reader.read(
-                span.stream,
-                span.stream_id,
-                span.base_offset,
-                span.end,
-                span.size,
-                span.must_return_one,
-            )
-        except Exception as exc:  # of any kind: a store, a file system, or corrupt bytes
+            with read_failures_fail_the_partition(log, f"{what} from objects"):
+                return await self.reader.read(
+                    span.stream,
+                    span.stream_id,
+                    span.base_offset,
+                    span.end,
+                    span.size,
+                    span.must_return_one,
+                )
+        except PartitionReadError:
             self.failures += 1
-            log.warning(
-                "reading offsets %d..%d of stream %016x from objects failed: %s: %s",
-                span.base_offset,
-                span.end - 1,
-                span.stream_id,
-                type(exc).__name__,
-                exc,
-            )
-            raise PartitionReadError(ErrorCode.kafka_storage_error, str(exc)) from exc
+            raise
 
     def evict(self, keys: list[str]) -> None:
         self.reader.evict(keys)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from shared_wal.broker_records import PreparedLink
@@ -41,6 +41,44 @@ class BatchEntry:
 
     def __repr__(self) -> str:
         return f"BatchEntry({self.base_offset}..{self.last_offset}, {self.size} B)"
+
+
+S = TypeVar("S")
+
+
+class ObjectSpan(BatchEntry, Generic[S]):
+    """A read the WAL index cannot answer, for committed S3 objects to serve: whole batches
+    from `base_offset` below `end` within `size` bytes (at least one when `must_return_one`).
+
+    It stands in for the entries of a fetch slice, so Fetch serving needs no change: the
+    broker's batch reader resolves it with ranged GETs. `size` is the budget, an upper bound of
+    what the read returns. `stream` is the object manifest's record of the stream (opaque
+    here). With `timestamp` set it asks for the first batch reaching that timestamp instead
+    (ListOffsets); the reader then moves `base_offset` to that batch.
+    """
+
+    __slots__ = ("end", "must_return_one", "stream", "stream_id", "timestamp")
+
+    def __init__(
+        self,
+        stream: S,
+        stream_id: int,
+        offset: int,
+        end: int,
+        budget: int,
+        must_return_one: bool,
+        timestamp: int | None = None,
+        max_timestamp: int = -1,
+    ) -> None:
+        super().__init__(offset, end - 1, max_timestamp, budget, None, None)
+        self.stream = stream
+        self.stream_id = stream_id
+        self.end = end
+        self.must_return_one = must_return_one
+        self.timestamp = timestamp
+
+    def __repr__(self) -> str:
+        return f"ObjectSpan({self.base_offset}..<{self.end}, <= {self.size} B)"
 
 
 class BatchIndex:
