@@ -574,7 +574,9 @@ def load_fleet_config(
 
 
 def local_fleet_toml(data_dir: Path, base_port: int, zone: str = "us-east-1a") -> str:
-    """The one-node fleet that `zonefleet up` starts."""
+    """The one-node fleet that `zonefleet up` starts. Its topics live in the cluster metadata
+    document and its data in objects, both under data_dir: a restart with only those two
+    directories left (the WAL wiped) brings back every topic and every committed record."""
     return f"""\
 [fleet]
 cluster_id = "zonefleet-local"
@@ -586,6 +588,9 @@ az_id = "use1-az1"
 
 [wal]
 url = "osfs://{data_dir / "wal"}"
+
+[metadata]
+url = "file://{data_dir / "metadata"}"
 
 [storage]
 object_store = "file://{data_dir / "objects"}"

@@ -15,8 +15,10 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from fleet.config import FleetConfig
+from fleet.config import FleetConfig, load_fleet_config, local_fleet_toml
+from tests.fleet_process import FleetProcess, free_port_block
 from tests.zone_fleet import (
     Record,
     ZoneFleet,
@@ -139,5 +141,43 @@ def test_restart_with_only_the_object_store_and_metadata(tmp_path: Path) -> None
         got = consume_confluent(fleet.bootstrap("az1"), "az1", topic, PARTITIONS, COUNT + 300)
         check_exactly_once_in_order([r for r in got if r[2].startswith(b"new-")], 300, "new")
         assert len(got) == COUNT + 300
+    finally:
+        proc.stop()
+
+
+def test_single_node_up_restarts_from_objects_and_metadata(tmp_path: Path) -> None:
+    """`zonefleet up` with one main keeps its topics in the cluster metadata document too, so a
+    restart with the WAL wiped brings back the topic and every committed record."""
+    data_dir = tmp_path / "one"
+    data_dir.mkdir()
+    base = free_port_block(4)
+    path = data_dir / "fleet.toml"
+    path.write_text(local_fleet_toml(data_dir, base))
+    _small_thresholds(path)
+    config = load_fleet_config(path, discover=None)
+    topic = f"single-{uuid.uuid4().hex[:8]}"
+    count = 500
+
+    def start() -> FleetProcess:
+        return FleetProcess(data_dir, base, ["--config", str(path)]).start()
+
+    proc = start()
+    try:
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
+        produce_confluent(proc.bootstrap, "us-east-1a", topic, count, "one")
+        _wait_all_committed(config, count)
+    finally:
+        assert proc.stop() == 0, "".join(proc.output[-40:])
+    wiped = sorted(p.name for p in data_dir.iterdir() if p.name not in KEEP)
+    assert "wal" in wiped
+    for name in wiped:
+        target = data_dir / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+
+    proc = start()
+    try:
+        got = consume_confluent(proc.bootstrap, "us-east-1a", topic, 2, count)
+        check_exactly_once_in_order(got, count, "one")
     finally:
         proc.stop()
