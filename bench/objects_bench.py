@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,10 +80,12 @@ def _s3_client(endpoint: str) -> Any:
 
 
 @contextlib.contextmanager
-def run_seaweedfs(work: Path, ready_timeout: float = 60.0) -> Iterator[str]:
-    """``weed server`` with S3 on free loopback ports (every port set); yields the endpoint."""
-    data = work / "seaweedfs"
-    data.mkdir()
+def run_seaweedfs(
+    work: Path, store_dir: Path | None = None, ready_timeout: float = 60.0
+) -> Iterator[tuple[str, int]]:
+    """``weed server`` with S3 on free loopback ports (every port set); yields the endpoint
+    and the process id."""
+    data = Path(tempfile.mkdtemp(prefix="seaweedfs-", dir=store_dir or work))
     base = pc.free_port_range(8)
     ports = list(range(base, base + 8))
     cmd = [
@@ -113,7 +116,7 @@ def run_seaweedfs(work: Path, ready_timeout: float = 60.0) -> Iterator[str]:
                     raise pc.TargetUnavailable(f"SeaweedFS S3 not up: {exc}") from None
                 time.sleep(0.2)
         pc.log(f"SeaweedFS S3 on {endpoint}")
-        yield endpoint
+        yield endpoint, proc.pid
     finally:
         # It can take a second SIGTERM to stop.
         for _ in range(2):
@@ -124,6 +127,13 @@ def run_seaweedfs(work: Path, ready_timeout: float = 60.0) -> Iterator[str]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        shutil.rmtree(data, ignore_errors=True)  # --s3-dir is outside the temp dir
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- one main broker -------------------------------------------------------------------------
@@ -215,6 +225,17 @@ admin_port = {self.admin_port}
                 return objects
             time.sleep(0.2)
 
+    def fsyncs(self) -> tuple[float, float]:
+        """(count, seconds) of the main's WAL fsyncs so far (its /metrics histogram)."""
+        page = httpx.get(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=10).text
+        found = {"_count": 0.0, "_sum": 0.0}
+        for line in page.splitlines():
+            name, _, value = line.partition(" ")
+            for suffix in found:
+                if name == f"zonefleet_wal_fsync_seconds{suffix}":
+                    found[suffix] = float(value)
+        return found["_count"], found["_sum"]
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -229,8 +250,9 @@ admin_port = {self.admin_port}
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, work: Path, endpoint: str) -> None:
+    def __init__(self, args: argparse.Namespace, work: Path, endpoint: str, s3_pid: int) -> None:
         self.args = args
+        self.s3_pid = s3_pid
         self.work = work
         self.endpoint = endpoint
         self.bucket = f"bench-{uuid.uuid4().hex[:8]}"
@@ -268,13 +290,19 @@ class Bench:
         main = self._main(f"produce-{i}-{'on' if uploads else 'off'}", threshold,
                           60.0 if uploads else NEVER_S)  # fmt: skip
         main.start(main.dir / "wal")
+        assert main.proc is not None
+        pids = {"main": main.proc.pid, "s3_server": self.s3_pid, "client": os.getpid()}
         try:
-            before = main.objects()
+            before, fsyncs_before = main.objects(), main.fsyncs()
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             _, stats, workload = self._produce(main, self.args.mb)
-            after = main.objects()
+            cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+            after, fsyncs_after = main.objects(), main.fsyncs()
         finally:
             main.stop()
         mb_s = stats.acked_bytes / MB / stats.elapsed if stats.elapsed > 0 else 0.0
+        fsyncs = int(fsyncs_after[0] - fsyncs_before[0])
+        fsync_s = fsyncs_after[1] - fsyncs_before[1]
         leg = {
             "uploads_enabled": uploads,
             "messages": workload.messages,
@@ -284,6 +312,10 @@ class Bench:
             "mb_s": round(mb_s, 3),
             "uploads": after["uploads"] - before["uploads"],
             "uploaded_bytes": after["bytes_uploaded"] - before["bytes_uploaded"],
+            # CPU seconds used during the produce phase (the machine's cores are shared).
+            "cpu_s": {name: round(seconds, 2) for name, seconds in cpu.items()},
+            "wal_fsyncs": fsyncs,
+            "wal_fsync_mean_ms": round(1000 * fsync_s / fsyncs, 3) if fsyncs else None,
         }
         pc.log(f"produce leg {i} uploads={'on' if uploads else 'off'}: {leg}")
         if uploads and leg["uploads"] < 1:
@@ -399,8 +431,8 @@ def _git_commit() -> str | None:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="zonefleet-objects-bench-") as tmp:
         work = Path(tmp)
-        with run_seaweedfs(work) as endpoint:
-            bench = Bench(args, work, endpoint)
+        with run_seaweedfs(work, args.s3_dir) as (endpoint, s3_pid):
+            bench = Bench(args, work, endpoint, s3_pid)
             record: dict[str, Any] = {
                 "mode": "objects",
                 "commit": _git_commit(),
@@ -457,6 +489,17 @@ def format_table(rec: dict[str, Any]) -> str:
             for leg in tp["legs"]
         )
         lines.append(f"produce legs MB/s: {legs}")
+        cpu = "; ".join(
+            f"{'on' if leg['uploads_enabled'] else 'off'} "
+            + " ".join(f"{k} {v:.1f}" for k, v in leg["cpu_s"].items())
+            for leg in tp["legs"]
+        )
+        lines.append(f"produce legs CPU s: {cpu}")
+        fsync = ", ".join(
+            f"{'on' if leg['uploads_enabled'] else 'off'} {_fmt(leg['wal_fsync_mean_ms'])}"
+            for leg in tp["legs"]
+        )
+        lines.append(f"produce legs mean WAL fsync ms: {fsync}")
     if cu is not None:
         lines.append(
             f"catch-up: {cu['consumed']} records, {cu['consumed_bytes']} B from "
@@ -491,6 +534,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--size", type=int, default=1024, help="message value bytes")
     add("--partitions", type=int, default=1)
     add("--timeout", type=float, default=300.0, help="bound on each produce/consume phase")
+    add(
+        "--s3-dir",
+        type=Path,
+        help="where SeaweedFS keeps its data (default: the bench's temp dir, on the WAL's disk)",
+    )
     add("--json", action="store_true", help="one JSON object on stdout (table on stderr)")
     args = parser.parse_args(argv)
     preset = pc.PRESETS["throughput"]
