@@ -361,9 +361,13 @@ class Bench:
             self.problems.append(f"catch-up: not every batch uploaded: {objects}")
         # Same bucket, an empty WAL directory: everything comes back from objects.
         main.start(main.dir / "wal-empty")
+        assert main.proc is not None
+        pids = {"main": main.proc.pid, "s3_server": self.s3_pid, "client": os.getpid()}
         try:
             before = main.objects()
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             consume = pc.consume_phase(main.bootstrap, topic, stats.offsets, stats.acked, workload)
+            cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
             after = main.objects()
         finally:
             main.stop()
@@ -381,6 +385,7 @@ class Bench:
             "consume_mb_s": mb_s,
             "objects": objects["objects"],
             "get_requests": after["get_requests"] - before["get_requests"],
+            "cpu_s": {name: round(seconds, 2) for name, seconds in cpu.items()},
             "target": TARGET_CATCHUP_MB_S,
             "met": mb_s >= TARGET_CATCHUP_MB_S,
         }
@@ -503,7 +508,8 @@ def format_table(rec: dict[str, Any]) -> str:
     if cu is not None:
         lines.append(
             f"catch-up: {cu['consumed']} records, {cu['consumed_bytes']} B from "
-            f"{cu['objects']} objects in {cu['elapsed_s']} s, {cu['get_requests']} GETs"
+            f"{cu['objects']} objects in {cu['elapsed_s']} s, {cu['get_requests']} GETs; CPU s "
+            + " ".join(f"{k} {v:.1f}" for k, v in cu["cpu_s"].items())
         )
     if pt is not None:
         lines.append(
