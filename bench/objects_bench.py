@@ -267,6 +267,8 @@ class Bench:
             f"s3://{self.bucket}/{name}?endpoint={self.endpoint}&region=us-east-1"
             f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
         )
+        if self.args.file_store is not None:
+            url = f"file://{self.args.file_store / self.bucket / name}"
         return Main(self.work, name, url, threshold, interval)
 
     def _workload(self, mb: float) -> argparse.Namespace:
@@ -441,6 +443,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             record: dict[str, Any] = {
                 "mode": "objects",
                 "commit": _git_commit(),
+                "object_store": "file" if args.file_store is not None else "s3",
                 "message_bytes": args.size,
                 "partitions": args.partitions,
                 "acks": args.acks,
@@ -478,8 +481,9 @@ def format_table(rec: dict[str, Any]) -> str:
                      f"<= {TARGET_PUTS_PER_GB:g}", _yes(pt["met"])))  # fmt: skip
         rows.append(("PUT cost per TB, USD", f"{pt['usd_per_tb']:.4f}", "", "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    store = "a file:// store" if rec["object_store"] == "file" else "SeaweedFS"
     lines = [
-        f"zonefleet object tier on SeaweedFS (commit {rec['commit']}); {rec['message_bytes']} B "
+        f"zonefleet object tier on {store} (commit {rec['commit']}); {rec['message_bytes']} B "
         f"messages, acks={rec['acks']}, {rec['partitions']} partition(s)"
     ]
     for i, row in enumerate(rows):
@@ -544,6 +548,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--s3-dir",
         type=Path,
         help="where SeaweedFS keeps its data (default: the bench's temp dir, on the WAL's disk)",
+    )
+    add(
+        "--file-store",
+        type=Path,
+        help="diagnosis: objects in a file:// store under this dir instead of SeaweedFS's S3 "
+        "(the main's own cost of uploads, without an S3 server on the same cores)",
     )
     add("--json", action="store_true", help="one JSON object on stdout (table on stderr)")
     args = parser.parse_args(argv)
