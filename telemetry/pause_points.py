@@ -1,8 +1,9 @@
 """Test-only pause points, for crash tests that must kill -9 a node at an exact step.
 
 With ``ZONEFLEET_TEST_PAUSE_AT=<step>`` (or ``<step>:<n>``, the n-th time) in its environment,
-a process stops itself (SIGSTOP) when it reaches that step, so a test waiting on the stop (``waitpid(WUNTRACED)``) can SIGKILL it
-there: no later line of the step runs. Unset, the default, a pause point is one comparison.
+a process stops itself (SIGSTOP) when it reaches that step, so a test waiting on the stop
+(``waitpid(WUNTRACED)``) can SIGKILL it there: no later line of the step runs. Unset, the
+default, a pause point is one comparison.
 
 Steps: ``after_upload`` (objects PUT, their manifest CAS not yet made), ``after_manifest`` (the
 manifest CAS succeeded, nothing after it ran), ``during_trim`` (a WAL retention pass deleted a
