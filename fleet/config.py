@@ -24,6 +24,9 @@ url = "osfs://data/wal"           # osfs:// path or mem:// (tests)
 segment_bytes = 67108864
 retention_bytes = -1              # -1: unbounded
 retention_ms = 604800000
+max_bytes = -1                    # cap on one writer's WAL; at it, Produce answers the retriable
+                                  # KAFKA_STORAGE_ERROR until uploads and trimming free space
+                                  # (-1: no cap)
 
 [storage]                         # committed data in S3 objects (absent: WAL only)
 object_store = "file://data/objects"  # or s3://bucket/prefix?endpoint=...&region=...
@@ -52,6 +55,10 @@ zone = "us-east-1a"
 host = "127.0.0.1"
 port = 19102
 admin_port = 19103
+prepared_min_age_s = 60.0         # a PREPARED segment no main's links floor needs goes once
+                                  # sealed this long (a confirm's lifetime, with margin)
+prepared_retention_s = 3600.0     # ... and any PREPARED segment sealed this long goes, even
+                                  # while a main is unreachable (-1: never by age)
 ```
 """
 
@@ -175,6 +182,12 @@ def _opt_int(value: Any) -> int | None:
     if value is None or int(value) < 0:
         return None
     return int(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None or float(value) < 0:
+        return None
+    return float(value)
 
 
 class _Zones:
@@ -427,6 +440,8 @@ def _parse_proxies(
             max_request_bytes=int(raw.get("max_request_bytes", 100 * 1024 * 1024)),
             mirror_cache_bytes=int(raw.get("mirror_cache_bytes", 256 * 1024 * 1024)),
             confirm_timeout_s=float(raw.get("confirm_timeout_s", 10.0)),
+            prepared_min_age_s=float(raw.get("prepared_min_age_s", 60.0)),
+            prepared_retention_s=_opt_float(raw.get("prepared_retention_s", 3600.0)),
             wal=replace(wal),
         )
         nodes.append(
@@ -531,6 +546,7 @@ def parse_fleet_config(
         segment_bytes=int(wal.get("segment_bytes", 64 * 1024 * 1024)),
         retention_bytes=_opt_int(wal.get("retention_bytes", -1)),
         retention_ms=_opt_int(wal.get("retention_ms", 7 * 24 * 3600 * 1000)),
+        max_bytes=_opt_int(wal.get("max_bytes", -1)),
     )
     mains = [
         _parse_main(raw, zones, cluster_id, wal_url, wal_config, secret)

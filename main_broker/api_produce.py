@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
     decode_produce_request,
@@ -56,6 +57,8 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
             elif broker.storage_failed:
                 result.error_code = ErrorCode.kafka_storage_error
                 result.error_message = "the broker's WAL failed; restart it to recover"
+            elif store.wal.full:
+                result.error_code, result.error_message = WAL_FULL, WAL_FULL_MESSAGE
             elif part.records is None or len(part.records) == 0:
                 result.error_code = ErrorCode.invalid_record
                 result.error_message = "empty records"

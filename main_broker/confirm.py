@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.hot_codecs import ProducePartitionResult
 from main_broker.append import PendingAppends, append_partition
 from shared_wal import WalError, WalPosition
@@ -133,6 +134,8 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
                 result.error_code = ErrorCode.not_leader_or_follower
             elif broker.storage_failed:
                 result.error_code = ErrorCode.kafka_storage_error
+            elif broker.store.wal.full:
+                result.error_code, result.error_message = WAL_FULL, WAL_FULL_MESSAGE
             else:
                 append_partition(
                     broker, plog, memoryview(payload), result, pending, now_ms, version, position

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from main_broker import links_floor
 from main_broker.partition_log import BatchEntry, PartitionLog
 from main_broker.state_stream import StateWatcher
 from main_broker.topic_config import EffectiveTopicConfig
@@ -89,6 +90,9 @@ class LogStore:
         # Our own segments and the proxies' PREPARED payloads our LINKs point to.
         self.batches = BatchReader(reader.fs, own=reader)
         self._watchers: list[StateWatcher] = []
+        # Per proxy writer, the lowest PREPARED offset our un-uploaded LINKs point to
+        # (main_broker/links_floor.py); published on the state stream.
+        self.links_floor: dict[str, int] = {}
         self.data_arrived = trio.Event()
         # Group offsets are owned by the coordinator; these hooks move them in and out.
         self.load_offsets: Callable[[str, list[tuple[str, int, int, int, str]]], None] = (
@@ -177,6 +181,22 @@ class LogStore:
         self._partition_changed(plog)
         self.notify_data()
 
+    def note_link(self, target: WalPosition) -> None:
+        """A LINK to `target` was indexed: subscribers hear of a floor it lowers before the
+        LINK is acknowledged, so a proxy never frees a payload a main has just linked."""
+        if links_floor.lower(self.links_floor, target):
+            self._links_changed()
+
+    def set_links_floor(self, floors: dict[str, int]) -> None:
+        """Floors recomputed from the partitions (after an upload)."""
+        if floors != self.links_floor:
+            self.links_floor = floors
+            self._links_changed()
+
+    def _links_changed(self) -> None:
+        for watcher in self._watchers:
+            watcher.mark_links()
+
     def set_manifest(self, manifest: Manifest) -> None:
         """A manifest commit: subscribers are sent the streams it changed."""
         self.manifest = manifest
@@ -249,6 +269,7 @@ class LogStore:
             lat = plog.config.log_append_time
             header = wal_records.link_header(header, prepared, entry.size, plog.leader_epoch, lat)
             entry.link = PreparedLink(prepared, plog.leader_epoch, lat)
+            self.note_link(prepared)
             ticket = self.wal.submit(RecordType.LINK, header)
         else:
             ticket = self.wal.submit(RecordType.DATA, header, entry.data)
@@ -362,6 +383,7 @@ class LogStore:
             if plog is not None:
                 link = PreparedLink.from_header(header)
                 plog.replay_batch(header, None, record.position, link)
+                self.note_link(link.target)
             return
         if record.type != RecordType.CONTROL:
             return

@@ -20,6 +20,7 @@ __all__ = ["ObjectTier", "TieredBatchReader"]
 import trio
 
 from kafka_wire.fetch_serving import read_failures_fail_the_partition
+from main_broker.links_floor import links_floor
 from main_broker.object_upload import PartitionUpload, UploadTracker, retention_floor
 from main_broker.partition_log import BatchEntry, ObjectSpan, PartitionLog
 from s3_commit import AsyncObjectStore, ObjectStore, ObjectStoreError, open_object_store
@@ -116,6 +117,7 @@ class ObjectTier:
         cfg = self.config
         backoff = MIN_BACKOFF_S
         next_sweep = time.monotonic() + cfg.orphan_sweep_interval_s
+        self._update_links_floor()  # what replay noted may already be in objects
         async with trio.open_nursery() as nursery:
             self.reader.nursery = nursery
             while True:
@@ -161,6 +163,12 @@ class ObjectTier:
             self._owned(), self.tracker.uploaded_end, store.wal.end_offset
         )
 
+    def _update_links_floor(self) -> None:
+        # A full pass over the un-uploaded entries, once per upload: between uploads LINK
+        # appends only lower the floors (LogStore.note_link).
+        store = self.broker.store
+        store.set_links_floor(links_floor(self._owned(), self.tracker.uploaded_end))
+
     async def upload_once(self) -> int:
         """One upload of the pending committed batches: PUT objects, commit the manifest;
         returns the bytes of batches committed."""
@@ -201,6 +209,7 @@ class ObjectTier:
             log.info("WAL trim goes ahead of proxies lacking manifest %d", manifest.version)
         self.tracker.committed(committed)
         self._update_floor()
+        self._update_links_floor()
         self.uploads += 1
         self.objects_uploaded += len(uploaded)
         self.bytes_uploaded += nbytes
@@ -280,6 +289,7 @@ class ObjectTier:
             "orphans_deleted": self.orphans_deleted,
             "block_cache_bytes": self.reader.cached_bytes,
             "wal_retention_floor": self.broker.store.wal.retention_floor,
+            "links_floor": dict(self.broker.store.links_floor),
         }
 
     def _register_metrics(self) -> None:

@@ -3,8 +3,8 @@
 A subscriber first gets one full snapshot, then one frame per coalesced delta. An idle stream
 sends a change at once; a busy one at most one frame per DELTA_INTERVAL_S, carrying whatever
 changed meanwhile (or while the previous frame was being sent). A full frame has every key
-below; a delta has only "wal_end" and whichever of "topics", "deleted", "parts" and "objects"
-is not empty. Frames (msgpack):
+below; a delta has only "wal_end", whichever of "topics", "deleted", "parts" and "objects"
+is not empty, and "links" when it changed. Frames (msgpack):
 
     {"full": bool, "node": main node id, "writer": WAL writer id, "wal_end": int,
      "topics": {name: [topic_id (16 bytes), partition count, {explicit configs},
@@ -14,7 +14,15 @@ is not empty. Frames (msgpack):
                 log_start_offset, log_end_offset], ...],                              # changed
      "objects": [[topic_id (16 bytes), partition,
                   [[start, end, object key, object size, max timestamp], ...],   # ranges added
-                  [object key, ...]], ...]}                                    # ranges removed
+                  [object key, ...]], ...],                                    # ranges removed
+     "links": {proxy WAL writer id: lowest PREPARED offset still linked, ...}}     # all, if changed
+
+"links" is the links floor (main_broker/links_floor.py): per proxy writer, the logical WAL
+offset (segment + position) of the lowest PREPARED record a LINK of this main points to that no
+committed object holds yet; a writer it does not name is needed by none. The whole map is sent
+(one entry per proxy), in every full frame and in a delta whenever it changed. A LINK lowers it
+as soon as it is indexed, before its group commit, so every frame built after the confirm's
+answer reflects the link.
 
 "objects" mirrors the main's object manifest (s3_commit/manifest_delta.py): in a full frame
 every stream with all its ranges, in a delta only the streams an upload or a removal changed
@@ -54,6 +62,7 @@ class StateWatcher:
         self.partitions: set[PartitionLog] = set()
         self.topics: set[str] = set()
         self.objects = False  # the manifest changed
+        self.links = False  # the links floor changed
         self.changed = trio.Event()
         # The manifest version this subscriber was last sent (the main trims its WAL below an
         # upload once every subscriber has it); `sent` is set after each frame goes out.
@@ -66,6 +75,10 @@ class StateWatcher:
 
     def mark_topic(self, name: str) -> None:
         self.topics.add(name)
+        self.changed.set()
+
+    def mark_links(self) -> None:
+        self.links = True
         self.changed.set()
 
     def mark_objects(self) -> None:
@@ -99,6 +112,7 @@ def _frame(
     topics: set[str],
     partitions: set[PartitionLog] | list[PartitionLog],
     objects: list[list[Any]],
+    links: bool,
 ) -> dict[str, Any]:
     live = {n: store.topics[n] for n in topics if n in store.topics}
     frame: dict[str, Any] = {
@@ -124,6 +138,8 @@ def _frame(
         ],
         "objects": objects,
     }
+    if full or links:
+        frame["links"] = dict(store.links_floor)
     if not full:
         # Deltas cross zones on every group commit: send only what a subscriber lacks.
         for key in ("full", "node", "writer"):
@@ -143,7 +159,9 @@ async def publish_state(
     try:
         everything = [p for t in store.topics.values() for p in t.partitions]
         manifest = store.manifest
-        frame = _frame(store, node_id, True, set(store.topics), everything, manifest_rows(manifest))
+        frame = _frame(
+            store, node_id, True, set(store.topics), everything, manifest_rows(manifest), True
+        )
         await send(frame)
         watcher.frame_sent(manifest)
         last_wal_end = store.wal.end_offset
@@ -159,15 +177,17 @@ async def publish_state(
                 watcher.objects = False
                 objects = manifest_delta_rows(manifest, store.manifest)
                 manifest = store.manifest
+            links, watcher.links = watcher.links, False
             if (
                 not topics
                 and not partitions
                 and not objects
+                and not links
                 and store.wal.end_offset == last_wal_end
             ):
                 watcher.frame_sent(manifest)
                 continue
-            frame = _frame(store, node_id, False, topics, partitions, objects)
+            frame = _frame(store, node_id, False, topics, partitions, objects, links)
             last_wal_end = frame["wal_end"]
             last_sent = trio.current_time()
             await send(frame)

@@ -47,11 +47,12 @@ from proxy_broker.config import ProxyConfig
 from proxy_broker.confirm_pipe import ConfirmPipe
 from proxy_broker.mirror import MainMirror, MirrorCache, MirrorPartition, MirrorTopic
 from proxy_broker.object_reads import ObjectSpan, ProxyObjects
+from proxy_broker.prepared_trim import prepared_floor
 from proxy_broker.produce import begin_produce
 from proxy_broker.relay_plan import plan_relay
 from s3_commit import open_object_store
 from s3_commit.manifest import StreamManifest
-from shared_wal import WalPosition, WalWriter, open_wal_fs
+from shared_wal import PreparedTrim, WalPosition, WalWriter, open_wal_fs
 from shared_wal.batch_index import BatchEntry
 from shared_wal.batch_reader import BatchReader
 from telemetry import BrokerMetrics, MetricsRegistry
@@ -128,6 +129,11 @@ class ProxyBroker:
         fs = open_wal_fs(cfg.wal_url)
         self.traffic.attach_wal(fs)
         self.wal = await WalWriter.open(fs, cfg.writer_id, cfg.wal)
+        self.wal.prepared_trim = PreparedTrim(
+            lambda: prepared_floor(cfg.writer_id, self.mirrors.values(), self.wal.end_offset),
+            cfg.prepared_min_age_s,
+            cfg.prepared_retention_s,
+        )
         self.batches = BatchReader(fs)
         cache = MirrorCache(cfg.mirror_cache_bytes)
         if cfg.object_store_url is not None:

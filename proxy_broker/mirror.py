@@ -185,6 +185,9 @@ class MainMirror:
         self.manifest = Manifest(main.node_id)
         self.writer: str | None = None
         self.wal_end = 0
+        # The main's links floor (proxy_broker/prepared_trim.py); None until a full frame
+        # since the last (re)subscribe told it.
+        self.links: dict[str, int] | None = None
         self.tail_offset: int | None = None
         self.connected = False
         self._wal_moved = trio.Event()
@@ -221,6 +224,7 @@ class MainMirror:
             except ManifestMirrorError as exc:
                 log.error("%s; resubscribing", exc)
             self.connected = False
+            self.links = None
             await trio.sleep(backoff)
             backoff = min(backoff * 2, RESUBSCRIBE_BACKOFF_S[1])
 
@@ -228,8 +232,11 @@ class MainMirror:
         full = frame.get("full", False)
         if full:
             self.writer = frame["writer"]
+            self.links = frame.get("links")  # a main that sends none blocks the trim
             for name in set(self.topics) - set(frame["topics"]):
                 del self.topics[name]
+        elif "links" in frame:
+            self.links = frame["links"]
         for name in frame.get("deleted", ()):
             self.topics.pop(name, None)
         for name, (topic_id, count, configs, *rest) in frame.get("topics", {}).items():

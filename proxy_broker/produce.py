@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 from kio.schema.errors import ErrorCode
 
+from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
     decode_produce_request,
@@ -68,6 +69,8 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 result.error_code = ErrorCode.unknown_topic_or_partition
             elif proxy.wal.failed:
                 result.error_code = ErrorCode.kafka_storage_error
+            elif proxy.wal.full:
+                result.error_code, result.error_message = WAL_FULL, WAL_FULL_MESSAGE
             elif part.records is None or len(part.records) == 0:
                 result.error_code = ErrorCode.invalid_record
                 result.error_message = "empty records"

@@ -15,13 +15,14 @@ from shared_wal.record import (
     encode_record,
 )
 from shared_wal.storage import open_wal_fs, sync_file
-from shared_wal.writer import AppendTicket, WalConfig, WalWriter
+from shared_wal.writer import AppendTicket, PreparedTrim, WalConfig, WalWriter
 
 __all__ = [
     "AppendTicket",
     "CorruptRecord",
     "IoHook",
     "OffsetOutOfRange",
+    "PreparedTrim",
     "RecordType",
     "SegmentNotFound",
     "WalConfig",

@@ -39,3 +39,31 @@ def segments_to_delete(
                 break
             by_time += 1
     return sealed[: max(by_bytes, by_time)]
+
+
+def prepared_segments_to_delete(
+    sizes: dict[int, int],
+    last_write_ms: dict[int, float],
+    *,
+    active: int | None,
+    now_ms: float,
+    floor: int | None,
+    min_age_ms: float,
+    max_age_ms: float | None,
+) -> list[int]:
+    """A proxy's PREPARED segments no main needs any more: the oldest sealed segments that
+    lie wholly below ``floor`` (None: no floor known, nothing is free) and were sealed at least
+    ``min_age_ms`` ago, or were sealed more than ``max_age_ms`` ago whatever the floor.
+
+    Always a prefix of the log, never the active segment.
+    """
+    out: list[int] = []
+    for s in sorted(sizes):
+        if active is not None and s >= active:
+            break
+        age = now_ms - last_write_ms.get(s, now_ms)
+        below = floor is not None and s + sizes[s] <= floor and age >= min_age_ms
+        if not (below or (max_age_ms is not None and age > max_age_ms)):
+            break
+        out.append(s)
+    return out

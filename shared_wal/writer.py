@@ -26,7 +26,7 @@ from shared_wal.record import (
     pack_header,
 )
 from shared_wal.recovery import recover
-from shared_wal.retention import segments_to_delete
+from shared_wal.retention import prepared_segments_to_delete, segments_to_delete
 from shared_wal.storage import FS
 from telemetry.pause_points import pause_point
 
@@ -42,6 +42,21 @@ class WalConfig:
     retention_ms: int | None = 7 * 24 * 3600 * 1000  # delete sealed segments older than this
     max_group_bytes: int = 8 * 1024 * 1024  # cap on one group commit's write
     retention_interval_s: float = 5.0  # how often run() applies retention
+    # Cap on the writer's retained bytes (sealed and active segments plus queued records);
+    # owners refuse new data with a retriable error while `WalWriter.full` (None: no cap).
+    max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class PreparedTrim:
+    """Retention of a proxy's PREPARED segments (shared_wal.retention.prepared_segments_to_delete):
+    what `floor()` (the mains' links floor; None: unknown) frees once sealed `min_age_s`, and
+    anything sealed `max_age_s` ago. Replaces the byte and time budgets of `WalConfig` and
+    `WalWriter.retention_floor` for the writer it is set on."""
+
+    floor: Callable[[], int | None]
+    min_age_s: float
+    max_age_s: float | None
 
 
 class AppendTicket:
@@ -99,6 +114,8 @@ class WalWriter:
     retention_floor: int | None
     #: Called after each durable group with (bytes, seconds spent writing and syncing).
     on_group_commit: Callable[[int, float], None] | None
+    #: Set before run(): the writer holds a proxy's PREPARED records (see PreparedTrim).
+    prepared_trim: PreparedTrim | None
 
     def __init__(
         self,
@@ -116,6 +133,9 @@ class WalWriter:
         self.on_segments_deleted = None
         self.retention_floor = None
         self.on_group_commit = None
+        self.prepared_trim = None
+        self._queued_bytes = 0
+        self._was_full = False
         self._snapshot_provider = snapshot_provider
         self._dir = storage.wal_dir(writer_id)
         self._sizes = dict(sizes)
@@ -169,6 +189,32 @@ class WalWriter:
     def failed(self) -> WalError | None:
         return self._failed
 
+    @property
+    def total_bytes(self) -> int:
+        """Retained segment bytes plus records queued for the next group commits."""
+        return sum(self._sizes.values()) + self._queued_bytes
+
+    @property
+    def full(self) -> bool:
+        """At or over `WalConfig.max_bytes`: owners refuse new data until retention frees
+        space (the cap is soft: submit itself never refuses, so one request may pass it).
+        Logs when the writer fills up and when it has room again."""
+        cap = self.config.max_bytes
+        full = cap is not None and self.total_bytes >= cap
+        if full != self._was_full:
+            self._was_full = full
+            if full:
+                log.warning(
+                    "WAL %s is full (%d bytes, cap %d): refusing new data until retention "
+                    "frees segments",
+                    self.writer_id,
+                    self.total_bytes,
+                    cap,
+                )
+            else:
+                log.info("WAL %s has room again (%d bytes)", self.writer_id, self.total_bytes)
+        return full
+
     def segments(self) -> list[int]:
         """Retained segment ids, oldest first (the last one is the active segment)."""
         return list(self._sizes)
@@ -195,6 +241,7 @@ class WalWriter:
         if ticket.nbytes - 4 > 0xFFFFFFFF:
             raise WalError(f"WAL record of {ticket.nbytes} bytes is too large")
         self._queue.append(ticket)
+        self._queued_bytes += ticket.nbytes
         self._wakeup.set()
         return ticket
 
@@ -211,7 +258,12 @@ class WalWriter:
         self._stopped = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                if self.config.retention_bytes is not None or self.config.retention_ms is not None:
+                cfg = self.config
+                if (
+                    cfg.retention_bytes is not None
+                    or cfg.retention_ms is not None
+                    or self.prepared_trim is not None
+                ):
                     nursery.start_soon(self._retention_loop)
                 task_status.started()
                 await self._commit_loop()
@@ -260,6 +312,7 @@ class WalWriter:
                 break
             tickets.append(self._queue.popleft())
             nbytes += ticket.nbytes
+        self._queued_bytes -= nbytes
         segment = self._active
         size = self._sizes[segment] if segment is not None else 0
         new_segment = segment is None or (size > 0 and size + nbytes > self.config.segment_bytes)
@@ -344,6 +397,7 @@ class WalWriter:
     def _fail_queued(self, error: WalError) -> None:
         while self._queue:
             self._queue.popleft()._fail(error)
+        self._queued_bytes = 0
 
     # -- retention -------------------------------------------------------------------------
 
@@ -359,15 +413,28 @@ class WalWriter:
         """Delete sealed segments beyond the retention limits now; returns their ids."""
         async with self._retention_lock:
             now = time.time() * 1000 if now_ms is None else now_ms
-            victims = segments_to_delete(
-                self._sizes,
-                {s: t * 1000 for s, t in self._last_write.items()},
-                active=self._active,
-                now_ms=now,
-                retention_bytes=self.config.retention_bytes,
-                retention_ms=self.config.retention_ms,
-                floor=self.retention_floor,
-            )
+            last_write = {s: t * 1000 for s, t in self._last_write.items()}
+            trim = self.prepared_trim
+            if trim is not None:
+                victims = prepared_segments_to_delete(
+                    self._sizes,
+                    last_write,
+                    active=self._active,
+                    now_ms=now,
+                    floor=trim.floor(),
+                    min_age_ms=trim.min_age_s * 1000,
+                    max_age_ms=None if trim.max_age_s is None else trim.max_age_s * 1000,
+                )
+            else:
+                victims = segments_to_delete(
+                    self._sizes,
+                    last_write,
+                    active=self._active,
+                    now_ms=now,
+                    retention_bytes=self.config.retention_bytes,
+                    retention_ms=self.config.retention_ms,
+                    floor=self.retention_floor,
+                )
             if not victims:
                 return []
             deleted = await trio.to_thread.run_sync(

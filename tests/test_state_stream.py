@@ -24,6 +24,13 @@ class FakeStore:
         self.wal_writer_id = "main-1"
         self.watchers: list[StateWatcher] = []
         self.manifest: Manifest | None = None
+        self.links_floor: dict[str, int] = {}
+
+    def set_links_floor(self, floors: dict[str, int]) -> None:
+        if floors != self.links_floor:
+            self.links_floor = floors
+            for watcher in self.watchers:
+                watcher.mark_links()
 
     def watch(self) -> StateWatcher:
         watcher = StateWatcher()
@@ -82,6 +89,39 @@ async def test_idle_change_goes_out_at_once_and_busy_ones_are_paced(
         assert len(busy) <= 50 * 0.001 / DELTA_INTERVAL_S + 1
         # Nothing is lost by coalescing: the last delta carries the final WAL end.
         assert busy[-1][1]["wal_end"] == store.wal.end_offset == 600
+        nursery.cancel_scope.cancel()
+
+
+async def test_links_floors_go_in_full_frames_and_in_deltas_only_when_they_change(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    store = FakeStore()
+    store.links_floor = {"proxy-101": 4096}
+    sent: list[dict[str, Any]] = []
+
+    async def send(frame: dict[str, Any]) -> None:
+        sent.append(frame)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(publish_state, store, 1, send)  # type: ignore[arg-type]
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent[0]["links"] == {"proxy-101": 4096}
+
+        mock_clock.jump(DELTA_INTERVAL_S)
+        store.commit(100)  # no floor moved: the delta carries none
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent[1] == {"wal_end": 100}
+
+        mock_clock.jump(DELTA_INTERVAL_S)
+        store.set_links_floor({"proxy-101": 4096, "proxy-102": 0})
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent[2] == {"wal_end": 100, "links": {"proxy-101": 4096, "proxy-102": 0}}
+
+        # Everything uploaded: an empty map still goes out (no writer needed any more).
+        mock_clock.jump(DELTA_INTERVAL_S)
+        store.set_links_floor({})
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent[3] == {"wal_end": 100, "links": {}}
         nursery.cancel_scope.cancel()
 
 

@@ -1,0 +1,39 @@
+"""Which of this proxy's PREPARED records the mains may still need: the floor for its WAL's
+retention (issue 4, "Trim rules").
+
+Each main's state stream carries its links floor (main_broker/links_floor.py): per proxy
+writer, the lowest PREPARED offset one of its LINKs not yet in committed objects points to.
+This proxy's segments wholly below the lowest of those floors are free. A main that is not
+connected or has not sent its first full frame since (re)subscribing may need anything: it
+blocks the floor (only the age limit of shared_wal.PreparedTrim deletes then). That covers a
+restart of the proxy too: nothing goes until every main has told it its floor afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+__all__ = ["FloorSource", "prepared_floor"]
+
+
+class FloorSource(Protocol):
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def links(self) -> dict[str, int] | None: ...
+
+
+def prepared_floor(writer: str, mains: Iterable[FloorSource], wal_end: int) -> int | None:
+    """The lowest offset of `writer`'s WAL a main still needs (`wal_end`: none needs any),
+    or None while some main's needs are unknown."""
+    floor = wal_end
+    for main in mains:
+        links = main.links
+        if not main.connected or links is None:
+            return None
+        needed = links.get(writer)
+        if needed is not None:
+            floor = min(floor, needed)
+    return floor
