@@ -57,8 +57,8 @@ port = 19102
 admin_port = 19103
 prepared_min_age_s = 60.0         # a PREPARED segment no main's links floor needs goes once
                                   # sealed this long (a confirm's lifetime, with margin)
-prepared_retention_s = 3600.0     # ... and any PREPARED segment sealed this long goes, even
-                                  # while a main is unreachable (-1: never by age)
+prepared_retention_s = 3600.0     # ... and, while a main is away or unsynced, one sealed this
+                                  # long (still below every floor a main reported; -1: never)
 ```
 """
 

@@ -414,3 +414,8 @@ class LogStore:
                 plog.drop_segments(deleted)
                 if plog.log_start_offset != start:
                     self._partition_changed(plog)
+        if self.manifest is None:
+            # No object tier: the LINKs that retention just deleted were the only use of
+            # their payloads, so the proxies may drop them too.
+            owned = (p for t in self.topics.values() for p in t.partitions if p.owned)
+            self.set_links_floor(links_floor.links_floor(owned, {}))

@@ -51,10 +51,11 @@ class ProxyConfig:
     # the WAL's byte and time budgets. A segment goes once every main's links floor is past it
     # and it was sealed `prepared_min_age_s` ago: a payload is linked within a confirm's life
     # (queue, then at most two calls of `confirm_timeout_s`), so a floor older than the link
-    # cannot free it. A segment sealed `prepared_retention_s` ago goes even while a main is
-    # unreachable or not yet synced: its payloads were never confirmed, or the main has been
-    # gone that long. An hour is far past any producer's delivery timeout (2 min by default)
-    # and a main's upload interval (60 s), and bounds the WAL to an hour of produce traffic.
+    # cannot free it. While a main is unreachable or not yet synced, only segments sealed
+    # `prepared_retention_s` ago go (still below every floor a main last reported): their
+    # payloads were never confirmed, or the main has been gone that long. An hour is far past
+    # any producer's delivery timeout (2 min by default) and a main's upload interval (60 s),
+    # yet lets a main be away through a restart or an upgrade before its payloads are at risk.
     prepared_min_age_s: float = 60.0
     prepared_retention_s: float | None = 3600.0
     # The mains' object store (proxy_broker/object_reads.py): offsets a mirror no longer holds

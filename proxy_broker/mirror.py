@@ -185,8 +185,8 @@ class MainMirror:
         self.manifest = Manifest(main.node_id)
         self.writer: str | None = None
         self.wal_end = 0
-        # The main's links floor (proxy_broker/prepared_trim.py); None until a full frame
-        # since the last (re)subscribe told it.
+        # The main's links floor (proxy_broker/prepared_trim.py), as last reported; None
+        # until its first full frame.
         self.links: dict[str, int] | None = None
         self.tail_offset: int | None = None
         self.connected = False
@@ -223,8 +223,7 @@ class MainMirror:
                     log.warning("state stream of main %d lost: %s", self.main.node_id, exc)
             except ManifestMirrorError as exc:
                 log.error("%s; resubscribing", exc)
-            self.connected = False
-            self.links = None
+            self.connected = False  # `links` stays: the floor it last reported still holds
             await trio.sleep(backoff)
             backoff = min(backoff * 2, RESUBSCRIBE_BACKOFF_S[1])
 

@@ -47,13 +47,15 @@ def prepared_segments_to_delete(
     *,
     active: int | None,
     now_ms: float,
-    floor: int | None,
+    floor: int,
+    complete: bool,
     min_age_ms: float,
     max_age_ms: float | None,
 ) -> list[int]:
-    """A proxy's PREPARED segments no main needs any more: the oldest sealed segments that
-    lie wholly below ``floor`` (None: no floor known, nothing is free) and were sealed at least
-    ``min_age_ms`` ago, or were sealed more than ``max_age_ms`` ago whatever the floor.
+    """A proxy's PREPARED segments no main needs any more: the oldest sealed segments that lie
+    wholly below ``floor`` (what the mains that reported need) and were sealed ``min_age_ms``
+    ago, provided every main reported (``complete``) or, failing that, they were sealed more
+    than ``max_age_ms`` ago.
 
     Always a prefix of the log, never the active segment.
     """
@@ -62,8 +64,8 @@ def prepared_segments_to_delete(
         if active is not None and s >= active:
             break
         age = now_ms - last_write_ms.get(s, now_ms)
-        below = floor is not None and s + sizes[s] <= floor and age >= min_age_ms
-        if not (below or (max_age_ms is not None and age > max_age_ms)):
+        old = max_age_ms is not None and age > max_age_ms
+        if s + sizes[s] > floor or age < min_age_ms or not (complete or old):
             break
         out.append(s)
     return out

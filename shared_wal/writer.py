@@ -50,11 +50,12 @@ class WalConfig:
 @dataclass(frozen=True)
 class PreparedTrim:
     """Retention of a proxy's PREPARED segments (shared_wal.retention.prepared_segments_to_delete):
-    what `floor()` (the mains' links floor; None: unknown) frees once sealed `min_age_s`, and
-    anything sealed `max_age_s` ago. Replaces the byte and time budgets of `WalConfig` and
-    `WalWriter.retention_floor` for the writer it is set on."""
+    what `floor()` (the mains' links floor, and whether every main reported it) frees once
+    sealed `min_age_s`, or, while some main has not reported, once sealed `max_age_s`.
+    Replaces the byte and time budgets of `WalConfig` and `WalWriter.retention_floor` for the
+    writer it is set on."""
 
-    floor: Callable[[], int | None]
+    floor: Callable[[], tuple[int, bool]]
     min_age_s: float
     max_age_s: float | None
 
@@ -416,12 +417,14 @@ class WalWriter:
             last_write = {s: t * 1000 for s, t in self._last_write.items()}
             trim = self.prepared_trim
             if trim is not None:
+                floor, complete = trim.floor()
                 victims = prepared_segments_to_delete(
                     self._sizes,
                     last_write,
                     active=self._active,
                     now_ms=now,
-                    floor=trim.floor(),
+                    floor=floor,
+                    complete=complete,
                     min_age_ms=trim.min_age_s * 1000,
                     max_age_ms=None if trim.max_age_s is None else trim.max_age_s * 1000,
                 )

@@ -28,6 +28,7 @@ from main_broker.broker import MainBroker
 from main_broker.links_floor import links_floor, lower
 from main_broker.object_upload import stream_key
 from proxy_broker.broker import ProxyBroker
+from proxy_broker.mirror import MainMirror
 from proxy_broker.prepared_trim import prepared_floor
 from s3_commit import ObjectStoreError
 from shared_wal import WalConfig, WalPosition
@@ -101,14 +102,18 @@ class _Main:
     links: dict[str, int] | None
 
 
-def test_the_proxy_floor_is_the_lowest_main_floor_and_unknown_while_a_main_is() -> None:
+def test_the_proxy_floor_is_the_lowest_main_floor_and_incomplete_while_a_main_is_away() -> None:
     mains = [_Main(True, {"proxy-1": 5000, "proxy-2": 10}), _Main(True, {"proxy-1": 7000})]
-    assert prepared_floor("proxy-1", mains, 9000) == 5000
-    assert prepared_floor("proxy-2", mains, 9000) == 10
-    assert prepared_floor("proxy-3", mains, 9000) == 9000  # nobody needs anything
-    # A main that is disconnected, or connected but not yet synced, may need anything.
-    assert prepared_floor("proxy-1", [*mains, _Main(False, {})], 9000) is None
-    assert prepared_floor("proxy-1", [*mains, _Main(True, None)], 9000) is None
+    assert prepared_floor("proxy-1", mains, 9000) == (5000, True)
+    assert prepared_floor("proxy-2", mains, 9000) == (10, True)
+    assert prepared_floor("proxy-3", mains, 9000) == (9000, True)  # nobody needs anything
+    # A main that is disconnected may need more than it last said; its last floor still holds.
+    assert prepared_floor("proxy-1", [*mains, _Main(False, {"proxy-1": 3000})], 9000) == (
+        3000,
+        False,
+    )
+    # Connected but not yet synced (no full frame): unknown.
+    assert prepared_floor("proxy-1", [*mains, _Main(True, None)], 9000) == (5000, False)
 
 
 def test_prepared_segments_go_below_the_floor_once_old_enough_or_by_age() -> None:
@@ -116,13 +121,16 @@ def test_prepared_segments_go_below_the_floor_once_old_enough_or_by_age() -> Non
     now = 1_000_000.0
     written = {0: now - 5000, 100: now - 3000, 200: now - 500, 300: now}
 
-    def victims(floor: int | None, min_age: float, max_age: float | None) -> list[int]:
+    def victims(
+        floor: int, min_age: float, max_age: float | None, complete: bool = True
+    ) -> list[int]:
         return prepared_segments_to_delete(
             sizes,
             written,
             active=300,
             now_ms=now,
             floor=floor,
+            complete=complete,
             min_age_ms=min_age,
             max_age_ms=max_age,
         )
@@ -131,9 +139,9 @@ def test_prepared_segments_go_below_the_floor_once_old_enough_or_by_age() -> Non
     assert victims(150, 0, None) == [0]  # 100 still holds needed bytes
     assert victims(10_000, 0, None) == [0, 100, 200]  # never the active segment
     assert victims(10_000, 1000, None) == [0, 100]  # 200 was sealed too recently
-    assert victims(None, 0, None) == []  # a main's needs are unknown
-    assert victims(None, 0, 2000) == [0, 100]  # ... until the age limit
-    assert victims(0, 0, 4000) == [0]
+    assert victims(10_000, 0, None, complete=False) == []  # a main's needs are unknown
+    assert victims(10_000, 0, 2000, complete=False) == [0, 100]  # ... until the age limit
+    assert victims(50, 0, 2000, complete=False) == []  # never above a reported floor
 
 
 # -- fleets -------------------------------------------------------------------------------------
@@ -232,8 +240,12 @@ async def _wait_for(what: str, check: Callable[[], bool], timeout: float = 20.0)
     assert check(), f"timed out waiting until {what}"
 
 
-def _needs_nothing_of_101(floors: dict[str, int] | None) -> bool:
-    return floors is not None and "proxy-101" not in floors
+def _main_needs_nothing_of_101(main: MainBroker) -> bool:
+    return "proxy-101" not in main.store.links_floor
+
+
+def _mirror_says_nothing_of_101_is_needed(mirror: MainMirror) -> bool:
+    return mirror.links is not None and "proxy-101" not in mirror.links
 
 
 def _all_uploaded(fleet: Fleet, topic: str, partitions: int) -> bool:
@@ -260,9 +272,7 @@ async def test_prepared_segments_go_once_uploaded_and_every_zone_still_reads_all
         await _wait_for("every record is in objects", lambda: _all_uploaded(fleet, topic, 3))
         # Every link is in objects: no main needs anything of proxy-101 any more...
         for main in fleet.mains.values():
-            await _wait_for(
-                "links floors drop", partial(_needs_nothing_of_101, main.store.links_floor)
-            )
+            await _wait_for("links floors drop", partial(_main_needs_nothing_of_101, main))
         # ... and the proxy's retention deletes every sealed PREPARED segment.
         await _wait_for("sealed segments are gone", lambda: len(proxy.wal.segments()) == 1)
         # Many segments, trimmed as uploads went on (some during the produce already).
@@ -310,17 +320,17 @@ async def test_a_disconnected_main_blocks_the_trim_until_the_timeout(tmp_path: P
         for node_id, mirror in proxy.mirrors.items():
             await _wait_for(
                 f"main {node_id}'s floor reaches the proxy",
-                partial(_needs_nothing_of_101, mirror.links),
+                partial(_mirror_says_nothing_of_101_is_needed, mirror),
             )
         sealed = proxy.wal.segments()[:-1]
         assert len(sealed) >= 3
         # With both mains synced, nothing of proxy-101 is needed.
         assert proxy.wal.prepared_trim is not None
-        assert proxy.wal.prepared_trim.floor() == proxy.wal.end_offset
+        assert proxy.wal.prepared_trim.floor() == (proxy.wal.end_offset, True)
 
         await fleet.stop_main(2)
         await _wait_for("the proxy sees main 2 gone", lambda: not proxy.mirrors[2].connected)
-        assert proxy.wal.prepared_trim.floor() is None
+        assert proxy.wal.prepared_trim.floor() == (proxy.wal.end_offset, False)
         now_ms = time.time() * 1000 + 10_000  # well past prepared_min_age_s
         assert await proxy.wal.enforce_retention(now_ms) == []
         assert proxy.wal.segments()[:-1] == sealed
