@@ -154,6 +154,7 @@ class Fleet:
     mains: dict[int, MainBroker] = field(default_factory=dict)
     scopes: dict[int, trio.CancelScope] = field(default_factory=dict)
     proxies: dict[int, ProxyBroker] = field(default_factory=dict)
+    stopped: dict[int, trio.Event] = field(default_factory=dict)
 
     def bootstrap(self, node_id: int) -> str:
         node = self.proxies.get(node_id) or self.mains[node_id]
@@ -166,9 +167,32 @@ class Fleet:
                 return main
         raise AssertionError(f"no main leads {topic}/{partition}")
 
+    async def start_proxy(self, node_id: int) -> ProxyBroker:
+        (node,) = [p.proxy for p in self.config.proxies if p.proxy.node_id == node_id]
+        proxy = self.proxies[node_id] = ProxyBroker(node)
+        scope = self.scopes[node_id] = trio.CancelScope()
+        stopped = self.stopped[node_id] = trio.Event()
+        await self.nursery.start(_run_proxy, proxy, scope, stopped)
+        return proxy
+
+    async def stop_proxy(self, node_id: int) -> None:
+        self.scopes[node_id].cancel()
+        await self.stopped.pop(node_id).wait()
+        del self.proxies[node_id]
+
     async def stop_main(self, node_id: int) -> None:
         self.scopes[node_id].cancel()
         del self.mains[node_id]
+
+
+async def _run_proxy(
+    proxy: ProxyBroker, scope: trio.CancelScope, stopped: trio.Event, task_status: Any
+) -> None:
+    try:
+        with scope:
+            await proxy.run(task_status=task_status)
+    finally:
+        stopped.set()
 
 
 async def _run_main(main: MainBroker, scope: trio.CancelScope, task_status: Any) -> None:
@@ -202,9 +226,7 @@ async def _fleet(
             scope = fleet.scopes[m.broker.node_id] = trio.CancelScope()
             await nursery.start(_run_main, main, scope)
         for node_id in proxies:
-            (node,) = [p.proxy for p in config.proxies if p.proxy.node_id == node_id]
-            proxy = fleet.proxies[node_id] = ProxyBroker(node)
-            await nursery.start(proxy.run)
+            await fleet.start_proxy(node_id)
         yield fleet
         nursery.cancel_scope.cancel()
 
@@ -342,6 +364,82 @@ async def test_a_disconnected_main_blocks_the_trim_until_the_timeout(tmp_path: P
         assert await proxy.wal.enforce_retention(later) == sealed
 
 
+def _fail_uploads(main: MainBroker) -> Callable[[bool], None]:
+    """Make the main's object PUTs fail (an outage of the store) until the returned switch
+    is turned off."""
+    tier = main.objects
+    assert tier is not None
+    outage = [True]
+    real_put = tier.astore.put
+
+    async def failing_put(key: str, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if outage[0]:
+            raise ObjectStoreError(f"injected outage: PUT {key}")
+        return await real_put(key, data, *args, **kwargs)
+
+    tier.astore.put = failing_put  # type: ignore[method-assign]
+
+    def switch(on: bool) -> None:
+        outage[0] = on
+
+    return switch
+
+
+async def test_a_restarted_proxy_keeps_what_a_main_still_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic, count = "restarted", 400
+    monkeypatch.setattr(object_tier, "MAX_BACKOFF_S", 0.5)
+    wal = WalConfig(segment_bytes=512, retention_interval_s=3600)  # retention run by hand
+    async with _fleet(tmp_path, zones=2, proxies=[101, 102], proxy_wal=wal) as fleet:
+        zones = ZoneFleet(fleet.config)
+        await trio.to_thread.run_sync(create_topic, zones, "az1", topic, 1)
+        await _wait_for("a main leads the partition", lambda: _has_leader(fleet, topic))
+        main = fleet.leader(topic, 0)
+        # A client in the other zone produces through its zone's proxy.
+        node = 101 if main.config.zone != "az1" else 102
+        zone, writer = fleet.proxies[node].config.zone, f"proxy-{node}"
+        outage = _fail_uploads(main)
+        await trio.to_thread.run_sync(_produce, fleet.bootstrap(node), zone, topic, 0, count)
+        needed = main.store.links_floor[writer]  # nothing uploaded: the first payload
+        assert needed < fleet.proxies[node].wal.segments()[-3]
+
+        await fleet.stop_proxy(node)
+        proxy = await fleet.start_proxy(node)
+        assert proxy.wal.prepared_trim is not None
+        mirror = proxy.mirrors[main.config.node_id]
+        await mirror.synced.wait()
+        await _wait_for(
+            "every main is synced", lambda: all(m.connected for m in proxy.mirrors.values())
+        )
+        assert proxy.wal.prepared_trim.floor() == (needed, True)
+        later_ms = time.time() * 1000 + 10_000  # past prepared_min_age_s
+        deleted = await proxy.wal.enforce_retention(later_ms)
+        assert proxy.wal.start_offset <= needed, deleted  # the payloads the main needs stay
+
+        # The store is back: the main uploads, its floor rises, the restarted proxy trims.
+        outage(False)
+        await _wait_for("every record is in objects", lambda: _all_uploaded(fleet, topic, 1))
+        await _wait_for(
+            "the floor reaches the proxy",
+            lambda: mirror.links is not None and writer not in mirror.links,
+        )
+        assert await proxy.wal.enforce_retention(later_ms)
+        assert len(proxy.wal.segments()) == 1
+        records = await trio.to_thread.run_sync(
+            partial(consume_confluent, fleet.bootstrap(node), zone, topic, 1, count)
+        )
+        check_exactly_once_in_order(records, count, PREFIX)
+
+
+def _has_leader(fleet: Fleet, topic: str) -> bool:
+    try:
+        fleet.leader(topic, 0)
+    except AssertionError:
+        return False
+    return True
+
+
 def _produce_raw(bootstrap: str, topic: str, partition: int, size: int) -> tuple[int, str | None]:
     batch = build_batch([(None, b"x" * size)], timestamp_ms=int(time.time() * 1000))
     body = {
@@ -385,15 +483,7 @@ async def test_a_full_wal_refuses_produce_with_a_retriable_error_until_uploads_r
         main = fleet.leader(topic, 0)
         tier = main.objects
         assert tier is not None
-        outage = True
-        real_put = tier.astore.put
-
-        async def failing_put(key: str, data: Any, *args: Any, **kwargs: Any) -> Any:
-            if outage:
-                raise ObjectStoreError(f"injected outage: PUT {key}")
-            return await real_put(key, data, *args, **kwargs)
-
-        tier.astore.put = failing_put  # type: ignore[method-assign]
+        outage = _fail_uploads(main)
 
         # Through the proxy: its PREPARED segments stay (no main committed its links) until
         # its WAL reaches the cap; then Produce gets the retriable error, and nothing crashes.
@@ -410,7 +500,7 @@ async def test_a_full_wal_refuses_produce_with_a_retriable_error_until_uploads_r
         assert tier.failures > 0 and tier.uploads == 0
 
         # The store comes back: uploads commit, both WALs trim, produce works again.
-        outage = False
+        outage(False)
         await _wait_for("the main's WAL has room", lambda: not main.store.wal.full, 30)
         await _wait_for("the proxy's WAL has room", lambda: not proxy.wal.full, 30)
         assert tier.uploads > 0
