@@ -36,6 +36,16 @@ _MAX_RELISTS = 8
 TAIL_READ_BYTES = 4 * 1024 * 1024
 
 
+def _close_read_handle(f: Any) -> None:
+    """Close a segment opened for reading. Its bytes were read and checked already, so a
+    failing close (an NFS client unsure whether its CLOSE went through, say) costs nothing:
+    logged, not raised into the read that succeeded."""
+    try:
+        f.close()
+    except OSError as exc:
+        log.info("closing a WAL segment opened for reading failed (ignored): %s", exc)
+
+
 class _SegmentWindow(io.BytesIO):
     """Bytes read from a segment at byte ``base``, addressed by segment position, so that a
     SegmentScan can parse them as if reading the file."""
@@ -140,7 +150,7 @@ class WalReader:
             existing = self._handles.get(segment)
             if existing is not None:  # another thread opened it meanwhile
                 existing.users += 1
-                f.close()
+                _close_read_handle(f)
                 return existing
             handle = _Handle(f)
             handle.users = 1
@@ -149,14 +159,14 @@ class WalReader:
                 _, old = self._handles.popitem(last=False)
                 old.evicted = True
                 if old.users == 0:
-                    old.f.close()
+                    _close_read_handle(old.f)
             return handle
 
     def _release(self, handle: _Handle) -> None:
         with self._lock:
             handle.users -= 1
             if handle.evicted and handle.users == 0:
-                handle.f.close()
+                _close_read_handle(handle.f)
 
     def _evict(self, segment: int, handle: _Handle) -> None:
         with self._lock:
@@ -172,7 +182,7 @@ class WalReader:
                 if handle is not None:
                     handle.evicted = True
                     if handle.users == 0:
-                        handle.f.close()
+                        _close_read_handle(handle.f)
 
     def close(self) -> None:
         """Close cached segment files (handles in use close when their read finishes)."""
@@ -182,7 +192,7 @@ class WalReader:
             for handle in handles:
                 handle.evicted = True
                 if handle.users == 0:
-                    handle.f.close()
+                    _close_read_handle(handle.f)
 
     def __enter__(self) -> WalReader:
         return self
@@ -268,7 +278,7 @@ class WalReader:
                 if relists > _MAX_RELISTS:
                     raise SegmentNotFound(f"WAL segment {path} keeps disappearing") from None
                 continue
-            with f:
+            try:
                 size = storage.file_size(f)
                 limit = size if end_offset is None else min(size, end_offset - segment)
                 scan = SegmentScan(f, self.writer_id, segment, offset - segment, limit)
@@ -279,6 +289,8 @@ class WalReader:
                         yield record
                 finally:
                     count_io(self.fs, "scan", scan.stop - start)
+            finally:
+                _close_read_handle(f)
             if scan.problem is not None:
                 cut_by_end = end_offset is not None and limit < size
                 if scan.incomplete and cut_by_end:

@@ -19,6 +19,7 @@ from shared_wal import (
     WalReader,
     WalWriter,
     list_writers,
+    storage,
 )
 from shared_wal.storage import FS, segment_path
 from tests import wal_helpers
@@ -255,3 +256,32 @@ async def test_list_writers(wal_fs: FS) -> None:
     await write_log(wal_fs, 1, "main-a")
     await write_log(wal_fs, 1, "proxy-b")
     assert list_writers(wal_fs) == ["main-a", "proxy-b"]
+
+
+async def test_a_failing_close_of_a_read_handle_does_not_fail_the_read(
+    wal_fs: FS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nfs-rs can report a CLOSE whose outcome it is unsure of; the bytes were read and checked.
+    wal, positions = await write_log(wal_fs, 20)
+    real_open = storage.open_for_read
+
+    class CloseFails:
+        def __init__(self, f: Any) -> None:
+            self._f = f
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._f, name)
+
+        def close(self) -> None:
+            self._f.close()
+            raise OSError("NFS I/O failed: Uncertain NFS operation")
+
+    monkeypatch.setattr(
+        storage,
+        "open_for_read",
+        lambda fs, path, buffered: CloseFails(real_open(fs, path, buffered=buffered)),
+    )
+    with WalReader(wal_fs, "w1") as reader:
+        assert [r.position for r in reader.iter_records(0, wal.end_offset)] == positions
+        assert reader.read_record(positions[3]).header["i"] == 3
+        reader.forget(wal.segments())
