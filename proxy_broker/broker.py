@@ -221,6 +221,21 @@ class ProxyBroker:
                 }
             ),
             "uptime_s": round(time.time() - self.started_at, 1),
+            **self._wal_status(),
+        }
+
+    def _wal_status(self) -> dict[str, Any]:
+        wal = getattr(self, "wal", None)  # not yet opened
+        if wal is None or wal.prepared_trim is None:
+            return {}
+        floor, complete = wal.prepared_trim.floor()
+        # Why PREPARED segments stay: the mains' floor, or a main not reporting one.
+        return {
+            "wal_bytes": wal.total_bytes,
+            "wal_full": wal.full,
+            "wal_start_offset": wal.start_offset,
+            "prepared_floor": floor,
+            "prepared_floor_complete": complete,
         }
 
     def health(self) -> tuple[bool, str]:

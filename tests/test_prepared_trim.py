@@ -353,6 +353,8 @@ async def test_a_disconnected_main_blocks_the_trim_until_the_timeout(tmp_path: P
         await fleet.stop_main(2)
         await _wait_for("the proxy sees main 2 gone", lambda: not proxy.mirrors[2].connected)
         assert proxy.wal.prepared_trim.floor() == (proxy.wal.end_offset, False)
+        status = proxy.status()
+        assert status["prepared_floor_complete"] is False and status["wal_full"] is False
         now_ms = time.time() * 1000 + 10_000  # well past prepared_min_age_s
         assert await proxy.wal.enforce_retention(now_ms) == []
         assert proxy.wal.segments()[:-1] == sealed
