@@ -20,7 +20,7 @@ import pytest
 import trio
 from confluent_kafka import Producer
 
-from fleet.config import FleetConfig
+from fleet.config import FleetConfig, load_fleet_config
 from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.record_batch import build_batch
 from main_broker import object_tier
@@ -142,6 +142,22 @@ def test_prepared_segments_go_below_the_floor_once_old_enough_or_by_age() -> Non
     assert victims(10_000, 0, None, complete=False) == []  # a main's needs are unknown
     assert victims(10_000, 0, 2000, complete=False) == [0, 100]  # ... until the age limit
     assert victims(50, 0, 2000, complete=False) == []  # never above a reported floor
+
+
+def test_fleet_toml_sets_the_wal_cap_and_the_prepared_retention(tmp_path: Path) -> None:
+    path, config = write_zones_toml(tmp_path, zones=2)
+    assert config.mains[0].broker.wal.max_bytes is None  # no cap unless asked
+    assert config.proxies[0].proxy.prepared_retention_s == 3600.0
+    text = path.read_text().replace("[wal]\n", "[wal]\nmax_bytes = 1073741824\n", 1)
+    text = text.replace("[[proxies]]\n", "[[proxies]]\nprepared_retention_s = -1\n")
+    text = text.replace("[[proxies]]\n", "[[proxies]]\nprepared_min_age_s = 5\n")
+    path.write_text(text)
+    config = load_fleet_config(path, discover=None)
+    assert config.mains[0].broker.wal.max_bytes == 1 << 30
+    for p in config.proxies:
+        assert p.proxy.wal.max_bytes == 1 << 30
+        assert p.proxy.prepared_retention_s is None
+        assert p.proxy.prepared_min_age_s == 5.0
 
 
 # -- fleets -------------------------------------------------------------------------------------
