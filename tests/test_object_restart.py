@@ -47,6 +47,14 @@ def _small_thresholds(path: Path) -> None:
     )
 
 
+def _wipe_all_but_objects_and_metadata(data_dir: Path) -> None:
+    wiped = sorted(p.name for p in data_dir.iterdir() if p.name not in KEEP)
+    assert "wal" in wiped
+    for name in wiped:
+        target = data_dir / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+
+
 def _objects(config: FleetConfig) -> list[dict[str, Any]]:
     out = []
     for m in config.mains:
@@ -122,11 +130,7 @@ def test_restart_with_only_the_object_store_and_metadata(tmp_path: Path) -> None
     finally:
         assert proc.stop() == 0, "".join(proc.output[-40:])
 
-    wiped = sorted(p.name for p in data_dir.iterdir() if p.name not in KEEP)
-    assert "wal" in wiped
-    for name in wiped:
-        target = data_dir / name
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    _wipe_all_but_objects_and_metadata(data_dir)
 
     proc, fleet = start_up_fleet(data_dir, config=path)
     try:
@@ -169,11 +173,7 @@ def test_single_node_up_restarts_from_objects_and_metadata(tmp_path: Path) -> No
         _wait_all_committed(config, count)
     finally:
         assert proc.stop() == 0, "".join(proc.output[-40:])
-    wiped = sorted(p.name for p in data_dir.iterdir() if p.name not in KEEP)
-    assert "wal" in wiped
-    for name in wiped:
-        target = data_dir / name
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    _wipe_all_but_objects_and_metadata(data_dir)
 
     proc = start()
     try:

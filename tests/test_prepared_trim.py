@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import Producer
 
 from fleet.config import FleetConfig, load_fleet_config
 from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
@@ -41,8 +40,8 @@ from tests.zone_fleet import (
     check_exactly_once_in_order,
     consume_confluent,
     create_topic,
+    produce_many_batches,
     write_zones_toml,
-    zone_client_id,
 )
 
 PREFIX = "trim"
@@ -248,27 +247,7 @@ async def _fleet(
 
 
 def _produce(bootstrap: str, zone: str, topic: str, start: int, count: int) -> None:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": zone_client_id(zone),
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "batch.num.messages": 10,
-        }
-    )
-    errors: list[object] = []
-    for i in range(start, start + count):
-        producer.produce(
-            topic,
-            f"{PREFIX}-{i}".encode(),
-            str(i % 101).encode(),
-            on_delivery=lambda err, _msg: errors.append(err) if err else None,
-        )
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert errors == []
+    produce_many_batches(bootstrap, zone, topic, PREFIX, start, count)
 
 
 async def _wait_for(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
 from fleet.config import FleetConfig
@@ -36,8 +35,8 @@ from tests.zone_fleet import (
     check_exactly_once_in_order,
     consume_confluent,
     create_topic,
+    produce_many_batches,
     write_zones_toml,
-    zone_client_id,
 )
 
 PREFIX = "rec"
@@ -142,28 +141,7 @@ async def _fleet(tmp_path: Path, zones: int, proxies: list[int]) -> AsyncIterato
 
 
 def _produce(bootstrap: str, zone: str, topic: str, start: int, count: int) -> None:
-    # Ten records a batch: many batches, so the mains' WALs span many segments.
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": zone_client_id(zone),
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "batch.num.messages": 10,
-        }
-    )
-    errors: list[object] = []
-    for i in range(start, start + count):
-        producer.produce(
-            topic,
-            f"{PREFIX}-{i}".encode(),
-            str(i % 101).encode(),
-            on_delivery=lambda err, _msg: errors.append(err) if err else None,
-        )
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert errors == []
+    produce_many_batches(bootstrap, zone, topic, PREFIX, start, count)
 
 
 async def _wait_uploaded_and_trimmed(fleet: Fleet, topic: str, partitions: int) -> None:

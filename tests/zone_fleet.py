@@ -449,3 +449,31 @@ def aiokafka_round_trip(
 ) -> dict[str, list[Record]]:
     """Produce from one zone, then read everything from every zone, all with aiokafka."""
     return asyncio.run(_aiokafka_round_trip(fleet, producer_zone, topic, partitions, n, prefix))
+
+
+def produce_many_batches(
+    bootstrap: str, zone: str, topic: str, prefix: str, start: int, count: int
+) -> None:
+    """Values `prefix-start..start+count-1`, idempotent and acks=all, ten records a batch: many
+    batches, so the mains' WALs span many segments."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": zone_client_id(zone),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "batch.num.messages": 10,
+        }
+    )
+    errors: list[object] = []
+    for i in range(start, start + count):
+        producer.produce(
+            topic,
+            f"{prefix}-{i}".encode(),
+            str(i % 101).encode(),
+            on_delivery=lambda err, _msg: errors.append(err) if err else None,
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert errors == []
