@@ -35,8 +35,11 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(PACKAGES)
 
+# On failure the failing tests' ids are printed last, so a CI log's tail names them.
 test: install-dev apt-deps lint
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -rfE $(PYTEST_ARGS) || { rc=$$?; $(BIN)/python -c \
+	  "import json; [print('FAILED', t) for t in json.load(open('.pytest_cache/v/cache/lastfailed'))]" \
+	  2>/dev/null; exit $$rc; }
 
 bench: $(BIN)/python
 	$(BIN)/pip install -q -e '.[bench]'
