@@ -45,7 +45,7 @@ class PartitionUpload:
 
     def share(self) -> StreamShare:
         max_ts = max(e.max_timestamp for e in self.entries)
-        return StreamShare(self.key, self.plog.topic, self.start, self.end, max_ts)
+        return StreamShare(self.key, self.plog.topic, self.start, self.end, max_ts, self.nbytes)
 
 
 class UploadTracker:

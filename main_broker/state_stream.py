@@ -13,8 +13,9 @@ is not empty, and "links" when it changed. Frames (msgpack):
      "parts": [[topic, partition, leader_epoch, high_watermark, last_stable_offset,
                 log_start_offset, log_end_offset], ...],                              # changed
      "objects": [[topic_id (16 bytes), partition,
-                  [[start, end, object key, object size, max timestamp], ...],   # ranges added
-                  [object key, ...]], ...],                                    # ranges removed
+                  [[start, end, object key, object size, max timestamp, bytes], ...],  # added
+                  [object key, ...],                                                  # removed
+                  log start (-1: stream gone)], ...],
      "links": {proxy WAL writer id: lowest PREPARED offset still linked, ...}}     # all, if changed
 
 "links" is the links floor (main_broker/links_floor.py): per proxy writer, the logical WAL
@@ -25,8 +26,8 @@ as soon as it is indexed, before its group commit, so every frame built after th
 answer reflects the link.
 
 "objects" mirrors the main's object manifest (s3_commit/manifest_delta.py): in a full frame
-every stream with all its ranges, in a delta only the streams an upload or a removal changed
-since the subscriber's last frame. A proxy reads the offsets its WAL mirror no longer holds
+every stream with all its ranges, in a delta only the streams an upload, a removal or retention
+changed since the subscriber's last frame. A proxy reads the offsets its WAL mirror no longer holds
 from those objects.
 
 A proxy never serves above the high watermark it mirrored (invariant 5), so a delta is sent only

@@ -8,8 +8,13 @@ manifest lists) that `orphan_keys` picks out for deletion, never a manifest nami
 object. The bytes are JSON (docs/formats.md, "Object manifest"):
 
     {"format": 1, "node_id": int, "version": int,
-     "streams": [{"topic": str, "topic_id": 32 hex, "partition": int,
-                  "ranges": [[start, end, key, object size, max timestamp], ...]}]}
+     "streams": [{"topic": str, "topic_id": 32 hex, "partition": int, "log_start": int,
+                  "ranges": [[start, end, key, object size, max timestamp, bytes], ...]}]}
+
+"log_start" (written only when above 0) is where retention moved the stream's log start: the
+ranges below it are gone, and it outlives them (a stream whose every range expired keeps its
+end there, so a restart with an empty WAL continues after it). A range's last element, the
+stream's bytes in the object, is absent (-1: unknown) in manifests written before it existed.
 """
 
 from __future__ import annotations
@@ -63,22 +68,33 @@ class StreamKey(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ObjectRange:
-    """Offsets [start, end) of one stream inside the object `key` (whole object `size` bytes)."""
+    """Offsets [start, end) of one stream inside the object `key` (whole object `size` bytes,
+    `nbytes` of them this stream's batches)."""
 
     start: int
     end: int
     key: str
     size: int
     max_timestamp: int = -1  # of the range's batches; -1 when none carry one
+    nbytes: int = -1  # -1: unknown (a manifest written before the field)
 
     def to_json(self) -> list[Any]:
-        return [self.start, self.end, self.key, self.size, self.max_timestamp]
+        return [self.start, self.end, self.key, self.size, self.max_timestamp, self.nbytes]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any]) -> ObjectRange:
+        """From the 6-element list, or the 5-element one without the stream's bytes."""
+        start, end, key, size, max_ts, *rest = raw
+        nbytes = rest[0] if rest else -1
+        return cls(int(start), int(end), str(key), int(size), int(max_ts), int(nbytes))
 
 
 @dataclass(frozen=True, slots=True)
 class StreamManifest:
     topic: str
     ranges: tuple[ObjectRange, ...]
+    # Retention's floor: every range ends above it (0: never moved).
+    log_start: int = 0
     _starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,12 +102,12 @@ class StreamManifest:
 
     @property
     def start_offset(self) -> int:
-        return self.ranges[0].start if self.ranges else 0
+        return max(self.ranges[0].start, self.log_start) if self.ranges else self.log_start
 
     @property
     def end_offset(self) -> int:
-        """Just past the last committed offset (0 with no ranges)."""
-        return self.ranges[-1].end if self.ranges else 0
+        """Just past the last committed offset (the log start with no ranges)."""
+        return self.ranges[-1].end if self.ranges else self.log_start
 
     def find(self, offset: int) -> ObjectRange | None:
         """The range holding `offset`; if the offset falls in a gap, the next range (a reader
@@ -118,6 +134,7 @@ class StreamShare:
     start: int
     end: int
     max_timestamp: int = -1
+    nbytes: int = -1  # the stream's batch bytes in the object
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +197,14 @@ class Manifest:
                 if share.end <= share.start:
                     raise ValueError(f"empty range [{share.start}, {share.end}) in {obj.key}")
                 added.setdefault(share.stream, []).append(
-                    ObjectRange(share.start, share.end, obj.key, obj.size, share.max_timestamp)
+                    ObjectRange(
+                        share.start,
+                        share.end,
+                        obj.key,
+                        obj.size,
+                        share.max_timestamp,
+                        share.nbytes,
+                    )
                 )
                 topics[share.stream] = share.topic
         streams = dict(self.streams)
@@ -197,7 +221,8 @@ class Manifest:
                     )
                 end = rng.end
             old = current.ranges if current is not None else ()
-            streams[key] = StreamManifest(topics[key], (*old, *new_ranges))
+            log_start = current.log_start if current is not None else 0
+            streams[key] = StreamManifest(topics[key], (*old, *new_ranges), log_start)
         return replace(self, version=self.version + 1, streams=streams)
 
     def without_objects(self, keys: Iterable[str]) -> Manifest:
@@ -206,10 +231,30 @@ class Manifest:
         streams: dict[StreamKey, StreamManifest] = {}
         for key, stream in self.streams.items():
             ranges = tuple(r for r in stream.ranges if r.key not in gone)
-            if ranges:
-                streams[key] = StreamManifest(stream.topic, ranges)
+            if ranges or stream.log_start > 0:
+                streams[key] = StreamManifest(stream.topic, ranges, stream.log_start)
         if streams == self.streams:
             return self
+        return replace(self, version=self.version + 1, streams=streams)
+
+    def with_log_start(self, key: StreamKey, offset: int) -> Manifest:
+        """Retention: the stream's log start moved to `offset`, its ranges that end at or below
+        it gone (whole ranges only: one straddling `offset` stays). Itself when nothing moves
+        or the stream is not listed."""
+        stream = self.streams.get(key)
+        if stream is None or offset <= stream.log_start:
+            return self
+        ranges = tuple(r for r in stream.ranges if r.end > offset)
+        streams = dict(self.streams)
+        streams[key] = StreamManifest(stream.topic, ranges, offset)
+        return replace(self, version=self.version + 1, streams=streams)
+
+    def without_streams(self, keys: Iterable[StreamKey]) -> Manifest:
+        """The manifest without these streams at all (their topic was deleted)."""
+        gone = set(keys) & self.streams.keys()
+        if not gone:
+            return self
+        streams = {k: s for k, s in self.streams.items() if k not in gone}
         return replace(self, version=self.version + 1, streams=streams)
 
     # -- bytes ---------------------------------------------------------------------------------
@@ -225,6 +270,7 @@ class Manifest:
                     "topic": stream.topic,
                     "topic_id": key.topic_id.hex(),
                     "partition": key.partition,
+                    **({"log_start": stream.log_start} if stream.log_start > 0 else {}),
                     "ranges": [r.to_json() for r in stream.ranges],
                 }
                 for key, stream in ordered
@@ -286,16 +332,22 @@ def _parse_stream(raw: Any, where: str) -> tuple[StreamKey, StreamManifest]:
     partition = _int(raw.get("partition"), f"{where}.partition")
     if not 0 <= partition <= _MAX_PARTITION:
         raise ManifestFormatError(f"{where}: partition {partition} out of range")
+    log_start = _int(raw.get("log_start", 0), f"{where}.log_start")
+    if log_start < 0:
+        raise ManifestFormatError(f"{where}: negative log_start {log_start}")
     ranges_raw = raw.get("ranges")
-    if not isinstance(ranges_raw, list) or not ranges_raw:
+    if not isinstance(ranges_raw, list) or not (ranges_raw or log_start > 0):
         raise ManifestFormatError(f"{where}: ranges must be a non-empty list")
     ranges: list[ObjectRange] = []
     for j, r in enumerate(ranges_raw):
         at = f"{where}.ranges[{j}]"
-        if not isinstance(r, list) or len(r) != 5:
-            raise ManifestFormatError(f"{at}: expected [start, end, key, size, max timestamp]")
+        if not isinstance(r, list) or len(r) not in (5, 6):
+            raise ManifestFormatError(
+                f"{at}: expected [start, end, key, size, max timestamp, bytes]"
+            )
         start, end = _int(r[0], f"{at} start"), _int(r[1], f"{at} end")
         key, size, max_ts = r[2], _int(r[3], f"{at} size"), _int(r[4], f"{at} max timestamp")
+        nbytes = _int(r[5], f"{at} bytes") if len(r) == 6 else -1
         if not isinstance(key, str):
             raise ManifestFormatError(f"{at}: key is not a string")
         try:
@@ -306,13 +358,17 @@ def _parse_stream(raw: Any, where: str) -> tuple[StreamKey, StreamManifest]:
             raise ManifestFormatError(f"{at}: bad offsets [{start}, {end})")
         if size < FOOTER_SIZE:
             raise ManifestFormatError(f"{at}: object size {size} cannot hold a footer")
+        if nbytes < -1 or nbytes > size:
+            raise ManifestFormatError(f"{at}: {nbytes} bytes do not fit the object's {size}")
+        if end <= log_start:
+            raise ManifestFormatError(f"{at}: [{start}, {end}) lies below the log start")
         if ranges and start < ranges[-1].end:
             raise ManifestFormatError(
                 f"{at}: [{start}, {end}) overlaps or precedes the previous range, which ends at "
                 f"{ranges[-1].end}"
             )
-        ranges.append(ObjectRange(start, end, key, size, max_ts))
-    return StreamKey(topic_id, partition), StreamManifest(topic, tuple(ranges))
+        ranges.append(ObjectRange(start, end, key, size, max_ts, nbytes))
+    return StreamKey(topic_id, partition), StreamManifest(topic, tuple(ranges), log_start)
 
 
 # -- object ids and orphans -------------------------------------------------------------------

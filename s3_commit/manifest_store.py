@@ -36,6 +36,9 @@ class ManifestStore:
         self.etag: str | None = None
         self.exists = False
         self.puts = 0
+        # Upload, compaction and retention commit from different tasks: one CAS at a time, so
+        # each sees the manifest the previous one left and the committed versions go in order.
+        self._lock = trio.Lock()
 
     async def load(self) -> Manifest:
         found = await self.store.get(self.key)
@@ -48,6 +51,10 @@ class ManifestStore:
 
     async def update(self, change: Callable[[Manifest], Manifest]) -> Manifest:
         """Apply `change` (pure, idempotent) by CAS; it may raise to refuse the change."""
+        async with self._lock:
+            return await self._update(change)
+
+    async def _update(self, change: Callable[[Manifest], Manifest]) -> Manifest:
         for _ in range(MAX_CAS_ATTEMPTS):
             new = change(self.manifest)
             if new is self.manifest:

@@ -39,11 +39,22 @@ SO_3 = so_key(0x0001020304050000, 100, 250, "0" * 31 + "3")
 GOLDEN = (
     b'{"format":1,"node_id":1,"version":2,"streams":['
     b'{"topic":"orders","topic_id":"000102030405060708090a0b0c0d0e0f","partition":0,"ranges":['
-    b'[0,100,"data/sso/00000000000000000000000000000001",5000,1700000000000],'
+    b'[0,100,"data/sso/00000000000000000000000000000001",5000,1700000000000,4000],'
     b'[100,250,"data/so/0001020304050000/00000000000000000100-00000000000000000250-'
-    b'00000000000000000000000000000003",9000,1700000000500]]},'
+    b'00000000000000000000000000000003",9000,1700000000500,8800]]},'
     b'{"topic":"orders","topic_id":"000102030405060708090a0b0c0d0e0f","partition":1,"ranges":['
-    b'[10,12,"data/sso/00000000000000000000000000000001",5000,1700000000000]]}]}'
+    b'[10,12,"data/sso/00000000000000000000000000000001",5000,1700000000000,700]]}]}'
+)
+# What retention leaves of GOLDEN once partition 0's log start passed the SSO's range: the
+# stream keeps its log start, the SSO stays for partition 1.
+GOLDEN_RETAINED = (
+    b'{"format":1,"node_id":1,"version":3,"streams":['
+    b'{"topic":"orders","topic_id":"000102030405060708090a0b0c0d0e0f","partition":0,'
+    b'"log_start":100,"ranges":['
+    b'[100,250,"data/so/0001020304050000/00000000000000000100-00000000000000000250-'
+    b'00000000000000000000000000000003",9000,1700000000500,8800]]},'
+    b'{"topic":"orders","topic_id":"000102030405060708090a0b0c0d0e0f","partition":1,"ranges":['
+    b'[10,12,"data/sso/00000000000000000000000000000001",5000,1700000000000,700]]}]}'
 )
 
 
@@ -52,11 +63,13 @@ def _golden() -> Manifest:
         SSO_1,
         5000,
         (
-            StreamShare(A, "orders", 0, 100, 1_700_000_000_000),
-            StreamShare(B, "orders", 10, 12, 1_700_000_000_000),
+            StreamShare(A, "orders", 0, 100, 1_700_000_000_000, 4000),
+            StreamShare(B, "orders", 10, 12, 1_700_000_000_000, 700),
         ),
     )
-    second = UploadedObject(SO_3, 9000, (StreamShare(A, "orders", 100, 250, 1_700_000_000_500),))
+    second = UploadedObject(
+        SO_3, 9000, (StreamShare(A, "orders", 100, 250, 1_700_000_000_500, 8800),)
+    )
     return Manifest(1).with_upload([first]).with_upload([second])
 
 
@@ -74,6 +87,28 @@ def test_golden_bytes_round_trip_and_lookups() -> None:
     stream = manifest.stream(TOPIC_ID, 0)
     assert stream is not None and stream.first_at_timestamp(1_700_000_000_001).key == SO_3  # type: ignore[union-attr]
     assert manifest.keys() == {SSO_1, SO_3}
+
+
+def test_retention_golden_bytes_log_start_and_the_five_element_form() -> None:
+    retained = _golden().with_log_start(A, 100)
+    assert retained.to_bytes() == GOLDEN_RETAINED
+    assert Manifest.from_bytes(GOLDEN_RETAINED) == retained
+    stream = retained.stream(TOPIC_ID, 0)
+    assert stream is not None and (stream.start_offset, stream.end_offset) == (100, 250)
+    assert retained.keys() == {SSO_1, SO_3}  # partition 1 still holds the SSO
+    assert retained.with_log_start(A, 100) is retained and retained.with_log_start(A, 5) is retained
+    # Every range expired: the stream stays, empty, its end where the log start is.
+    empty = retained.with_log_start(A, 250)
+    gone = empty.stream(TOPIC_ID, 0)
+    assert gone is not None and gone.ranges == () and gone.start_offset == gone.end_offset == 250
+    assert Manifest.from_bytes(empty.to_bytes()) == empty
+    assert empty.without_objects([SSO_1]).stream(TOPIC_ID, 0) == gone  # the log start stays
+    assert empty.without_streams([A, B]).streams == {}
+    # Manifests written before ranges carried the stream's bytes still read.
+    old = GOLDEN.replace(b",4000]", b"]").replace(b",8800]", b"]").replace(b",700]", b"]")
+    legacy = Manifest.from_bytes(old)
+    assert [r.nbytes for s in legacy.streams.values() for r in s.ranges] == [-1, -1, -1]
+    assert legacy.find(TOPIC_ID, 0, 120).key == SO_3  # type: ignore[union-attr]
 
 
 def test_upload_merge_is_idempotent_allows_gaps_and_refuses_overlaps() -> None:
@@ -103,6 +138,10 @@ def test_upload_merge_is_idempotent_allows_gaps_and_refuses_overlaps() -> None:
         (GOLDEN.replace(b'"data/sso/', b'"junk/sso/', 1), "not a data object key"),
         (GOLDEN.replace(b",5000,", b",47,", 1), "cannot hold a footer"),
         (GOLDEN.replace(b"0e0f", b"0e", 1), "topic_id"),
+        (GOLDEN.replace(b",4000]", b",6000]"), "do not fit"),
+        (GOLDEN_RETAINED.replace(b'"log_start":100', b'"log_start":250'), "below the log start"),
+        (GOLDEN_RETAINED.replace(b'"log_start":100', b'"log_start":-1'), "negative log_start"),
+        (GOLDEN.replace(b'"ranges":[[10', b'"ranges":[[10,12]],"x":[[10'), "expected"),
     ],
 )
 def test_validation_names_the_problem(bad: bytes, message: str) -> None:

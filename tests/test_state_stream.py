@@ -152,8 +152,8 @@ async def test_full_frame_carries_the_manifest_and_deltas_only_what_a_commit_cha
         (full,) = sent
         # Golden: one row per stream, in stream key order, every range, nothing removed.
         assert full["objects"] == [
-            [TOPIC_A, 0, [[0, 100, SSO_1, 5000, 1700]], []],
-            [TOPIC_B, 3, [[10, 12, SSO_1, 5000, 1700]], []],
+            [TOPIC_A, 0, [[0, 100, SSO_1, 5000, 1700, -1]], [], 0],
+            [TOPIC_B, 3, [[10, 12, SSO_1, 5000, 1700, -1]], [], 0],
         ]
         watcher = store.watchers[0]
         assert watcher.sent_manifest_version == first.version
@@ -165,7 +165,7 @@ async def test_full_frame_carries_the_manifest_and_deltas_only_what_a_commit_cha
         await trio.testing.wait_all_tasks_blocked()
         assert sent[1] == {
             "wal_end": 0,
-            "objects": [[TOPIC_A, 0, [[100, 250, SSO_2, 5000, 1700]], []]],
+            "objects": [[TOPIC_A, 0, [[100, 250, SSO_2, 5000, 1700, -1]], [], 0]],
         }
         assert watcher.sent_manifest_version == second.version
 
@@ -174,15 +174,32 @@ async def test_full_frame_carries_the_manifest_and_deltas_only_what_a_commit_cha
         mock_clock.jump(DELTA_INTERVAL_S)
         store.set_manifest(third)
         await trio.testing.wait_all_tasks_blocked()
-        assert sent[2]["objects"] == [[TOPIC_A, 0, [], [SSO_1]], [TOPIC_B, 3, [], [SSO_1]]]
+        assert sent[2]["objects"] == [[TOPIC_A, 0, [], [SSO_1], 0], [TOPIC_B, 3, [], [SSO_1], -1]]
 
-        # A proxy following the rows ends up with the main's manifest.
+        # Retention: A/0's log start passes its last range (the stream stays, empty); then
+        # topic A is deleted (-1: the stream is gone).
+        fourth = third.with_log_start(StreamKey(TOPIC_A, 0), 250)
+        mock_clock.jump(DELTA_INTERVAL_S)
+        store.set_manifest(fourth)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent[3]["objects"] == [[TOPIC_A, 0, [], [SSO_2], 250]]
         mirror = Manifest(1)
         for frame in sent:
             mirror = apply_manifest_rows(mirror, frame["objects"])
-        assert {k: s.ranges for k, s in mirror.streams.items()} == {
-            k: s.ranges for k, s in third.streams.items()
+        # A proxy following the rows has the main's manifest (topic names aside).
+        assert {k: (s.ranges, s.log_start) for k, s in mirror.streams.items()} == {
+            k: (s.ranges, s.log_start) for k, s in fourth.streams.items()
         }
+        fifth = fourth.without_streams([StreamKey(TOPIC_A, 0)])
+        mock_clock.jump(DELTA_INTERVAL_S)
+        store.set_manifest(fifth)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent[4]["objects"] == [[TOPIC_A, 0, [], [], -1]]
+        assert apply_manifest_rows(mirror, sent[4]["objects"]).streams == {}
+        # Rows of a main before the log start existed (4 elements, 5-element ranges) apply.
+        old_rows = [[TOPIC_A, 0, [[0, 100, SSO_1, 5000, 1700]], []]]
+        (stream,) = apply_manifest_rows(Manifest(1), old_rows).streams.values()
+        assert stream.ranges[0].nbytes == -1 and stream.log_start == 0
         nursery.cancel_scope.cancel()
 
 
