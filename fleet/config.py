@@ -28,6 +28,13 @@ max_bytes = -1                    # cap on one writer's WAL; at it, Produce answ
                                   # KAFKA_STORAGE_ERROR until uploads and trimming free space
                                   # (-1: no cap)
 
+[metadata]                        # topics, assignment, node registrations, controller lease
+url = "file://data/metadata"      # or s3://...; default with several mains: <data_dir>/metadata
+poll_interval_s = 0.5             # how often each main re-reads the metadata document
+registration_interval_s = 5.0     # node heartbeat (one PUT each); the lease renews every third
+session_timeout_s = 18.0          # of controller_lease_s; a node silent this long is dead
+controller_lease_s = 15.0
+
 [storage]                         # committed data in S3 objects (absent: WAL only)
 object_store = "file://data/objects"  # or s3://bucket/prefix?endpoint=...&region=...
 upload_threshold_bytes = 524288000    # upload when this much committed data is not in S3
@@ -352,20 +359,45 @@ def _parse_main(
 
 def _join_mains(
     mains: list[MainBrokerNode], metadata: dict[str, Any], data_dir: Path, base_dir: Path
-) -> None:
-    """Several mains (or an explicit [metadata] url) share the cluster metadata document."""
+) -> str | None:
+    """Several mains (or an explicit [metadata] url) share the cluster metadata document;
+    returns its store's URL (None: a lone main keeps its topics to itself)."""
     url = metadata.get("url")
     if url is None and len(mains) < 2:
-        return
+        return None
     url = _resolve_url(str(url or f"file://{data_dir / 'metadata'}"), base_dir)
     peers = [
         MainPeer(m.broker.node_id, m.broker.zone, *m.broker.advertised, m.broker.rpc_port)
         for m in mains
     ]
+    interval = float(metadata.get("registration_interval_s", 5.0))
+    timeout = float(metadata.get("session_timeout_s", 18.0))
+    lease = float(metadata.get("controller_lease_s", 15.0))
+    if not 0 < interval < timeout or lease <= 0:
+        raise ConfigError(
+            "[metadata] needs 0 < registration_interval_s < session_timeout_s and "
+            "controller_lease_s > 0"
+        )
     for m in mains:
         m.broker.mains = list(peers)
         m.broker.metadata_url = url
         m.broker.metadata_poll_s = float(metadata.get("poll_interval_s", 0.5))
+        m.broker.registration_interval_s = interval
+        m.broker.session_timeout_s = timeout
+        m.broker.controller_lease_s = lease
+    return url
+
+
+def _register_proxies(
+    proxies: list[ProxyNode], url: str | None, mains: list[MainBrokerNode]
+) -> None:
+    """Proxies register in the mains' metadata store, on the mains' heartbeat schedule."""
+    if url is None or not mains:
+        return
+    for p in proxies:
+        p.proxy.metadata_url = url
+        p.proxy.registration_interval_s = mains[0].broker.registration_interval_s
+        p.proxy.session_timeout_s = mains[0].broker.session_timeout_s
 
 
 def _storage(
@@ -552,10 +584,11 @@ def parse_fleet_config(
         _parse_main(raw, zones, cluster_id, wal_url, wal_config, secret)
         for raw in doc.get("main_brokers", [])
     ]
-    _join_mains(mains, doc.get("metadata", {}), data_dir, base_dir)
+    metadata_url = _join_mains(mains, doc.get("metadata", {}), data_dir, base_dir)
     proxies = _parse_proxies(
         list(doc.get("proxies", [])), zones, mains, secret, wal_url, wal_config
     )
+    _register_proxies(proxies, metadata_url, mains)
     _storage(mains, proxies, doc.get("storage", {}), base_dir)
     zone_proxies = [
         Node(p.proxy.node_id, p.proxy.zone, "proxy", *p.proxy.advertised) for p in proxies

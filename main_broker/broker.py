@@ -187,6 +187,8 @@ class MainBroker:
                     # It names this node by its port.
                     self.zone_view = MainZoneView(cfg, self._live_proxies())
                 self.ready = True
+                if self.cluster is not None:
+                    nursery.start_soon(self.cluster.run_registration)
                 log.info(
                     "main broker %d serving on %s:%d (zone %s)",
                     cfg.node_id,
@@ -288,6 +290,7 @@ class MainBroker:
             "partitions": store.led_partition_count() if store else 0,
             "wal_end_offset": store.wal.end_offset if store else 0,
             "objects": self.objects.status() if self.objects is not None else None,
+            "cluster": self.cluster.status() if self.cluster is not None else None,
             "uptime_s": round(time.time() - self.started_at, 1),
         }
 

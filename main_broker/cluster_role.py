@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -18,8 +18,10 @@ from kafka_wire.rpc import RpcClient, RpcError
 from main_broker.cluster_doc import ClusterDoc, TopicExists
 from main_broker.cluster_sync import ClusterMetadata
 from main_broker.config import MainPeer
+from main_broker.controller import Controller
 from main_broker.log_store import TopicState
-from s3_commit import open_object_store
+from s3_commit import AsyncObjectStore, open_object_store
+from s3_commit.node_registry import NodeRegistrar, NodeRegistration
 from zone_router import group_coordinator
 
 if TYPE_CHECKING:
@@ -47,9 +49,18 @@ class ClusterRole:
             raise ValueError(f"main broker node ids must be in 0..{PRODUCER_ID_STRIDE - 1}")
         self.mains = [peers[n] for n in sorted(peers)]
         self.main_ids = [m.node_id for m in self.mains]
-        self.meta = ClusterMetadata(
-            open_object_store(cfg.metadata_url), cfg.cluster_id, self._apply, cfg.metadata_poll_s
+        store = open_object_store(cfg.metadata_url)
+        self.meta = ClusterMetadata(store, cfg.cluster_id, self._apply, cfg.metadata_poll_s)
+        self.astore = AsyncObjectStore(store, max_threads=2)
+        self.controller = Controller(
+            self.astore,
+            cfg.node_id,
+            broker.registry,
+            lease_s=cfg.controller_lease_s,
+            interval_s=cfg.registration_interval_s,
+            session_timeout_s=cfg.session_timeout_s,
         )
+        self.registrar: NodeRegistrar | None = None
         self._apply_lock = trio.Lock()
         self._peer_rpcs = {
             m.node_id: RpcClient(cfg.node_id, cfg.rpc_secret, m.host, m.rpc_port)
@@ -77,11 +88,39 @@ class ClusterRole:
 
     async def run(self) -> None:
         try:
-            await self.meta.run()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.controller.run)
+                await self.meta.run()
         finally:
             with trio.CancelScope(shield=True):
+                await self.controller.stop()
                 for rpc in self._peer_rpcs.values():
                     await rpc.aclose()
+
+    async def run_registration(self) -> None:
+        """Register this main (once it serves, so the endpoints are known) and heartbeat;
+        another process registering with this node id stops this one."""
+        cfg = self.broker.config
+        host, port = cfg.advertised
+        me = NodeRegistration.new("main", cfg.node_id, cfg.zone, host, port, self.broker.rpc_port)
+        self.registrar = registrar = NodeRegistrar(
+            self.astore, me, cfg.registration_interval_s, cfg.session_timeout_s
+        )
+        await registrar.run()
+
+    def status(self) -> dict[str, Any]:
+        reg = self.registrar
+        return {
+            "controller": self.controller.status(),
+            "registration": None
+            if reg is None
+            else {
+                "key": reg.me.key,
+                "heartbeats": reg.heartbeats,
+                "failures": reg.failures,
+                "last_error": reg.last_error,
+            },
+        }
 
     # -- the document -> local state ---------------------------------------------------------
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from main_broker.cluster_doc import ClusterDoc, DocFormatError
-from s3_commit import ObjectStore, ObjectStoreError, PreconditionFailed
+from s3_commit import ConditionalPutUnknown, ObjectStore, ObjectStoreError, PreconditionFailed
 
 log = logging.getLogger("zonefleet.main_broker.cluster")
 
@@ -69,6 +69,13 @@ class ClusterMetadata:
             except PreconditionFailed:
                 await trio.sleep(0.01)
                 continue
+            except ConditionalPutUnknown:
+                # The put may have gone through with its answer lost: it did when the stored
+                # document is ours (a version number and content no one else would write).
+                stored, stored_etag, _ = await self._load()
+                if stored_etag is None or stored.to_bytes() != data:
+                    continue
+                new_etag = stored_etag
             self.doc, self.etag, self.exists = new, new_etag, True
             await self.on_change(new)
             return new

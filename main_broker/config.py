@@ -41,6 +41,11 @@ class BrokerConfig:
     mains: list[MainPeer] = field(default_factory=list)
     metadata_url: str | None = None
     metadata_poll_s: float = 0.5
+    # Node registrations and the controller lease (main_broker/controller.py): each heartbeat
+    # and lease renewal is one PUT, so these set the fleet's standing S3 request cost.
+    registration_interval_s: float = 5.0
+    session_timeout_s: float = 18.0  # no heartbeat this long and no clean stop: dead
+    controller_lease_s: float = 15.0
     # The zone proxies: a client that connects straight to a main still gets the view of its
     # zone (its zone's main and proxy only) in Metadata, FindCoordinator and DescribeCluster.
     zone_proxies: list[Node] = field(default_factory=list)

@@ -50,8 +50,9 @@ from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from proxy_broker.prepared_trim import prepared_floor
 from proxy_broker.produce import begin_produce
 from proxy_broker.relay_plan import plan_relay
-from s3_commit import open_object_store
+from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.manifest import StreamManifest
+from s3_commit.node_registry import NodeRegistrar, NodeRegistration
 from shared_wal import PreparedTrim, WalPosition, WalWriter, open_wal_fs
 from shared_wal.batch_index import BatchEntry
 from shared_wal.batch_reader import BatchReader
@@ -104,6 +105,7 @@ class ProxyBroker:
         }
         self.mirrors: dict[int, MainMirror] = {}
         self.objects: ProxyObjects | None = None
+        self.registrar: NodeRegistrar | None = None
         self._prepared: OrderedDict[tuple[int, int], memoryview] = OrderedDict()
         self.topology = self._topology()
         self.wal: WalWriter
@@ -170,6 +172,8 @@ class ProxyBroker:
                     for mirror in self.mirrors.values():
                         await mirror.synced.wait()
                 self.ready = True
+                if cfg.metadata_url is not None:
+                    nursery.start_soon(self._keep_registered, cfg.metadata_url)
                 log.info(
                     "proxy %d serving zone %s on %s:%d",
                     cfg.node_id,
@@ -186,6 +190,18 @@ class ProxyBroker:
                 for rpc in self.rpcs.values():
                     await rpc.aclose()
                 await self.traffic.aclose()
+
+    async def _keep_registered(self, url: str) -> None:
+        cfg = self.config
+        store = AsyncObjectStore(
+            await trio.to_thread.run_sync(open_object_store, url), max_threads=1
+        )
+        host, port = cfg.advertised
+        me = NodeRegistration.new("proxy", cfg.node_id, cfg.zone, host, port, None)
+        self.registrar = NodeRegistrar(
+            store, me, cfg.registration_interval_s, cfg.session_timeout_s
+        )
+        await self.registrar.run()
 
     async def _open_objects(self, url: str) -> ProxyObjects:
         store = await trio.to_thread.run_sync(open_object_store, url)

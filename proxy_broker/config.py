@@ -62,6 +62,11 @@ class ProxyConfig:
     # in the WAL are read from the objects the mains' manifests list. None: WAL only.
     object_store_url: str | None = None
     object_cache_bytes: int = 64 * 1024 * 1024  # LRU of DataBlocks, shared by every mirror
+    # The cluster metadata store, where this proxy registers itself (zone, endpoint) and
+    # heartbeats (s3_commit/node_registry.py). None: not registered.
+    metadata_url: str | None = None
+    registration_interval_s: float = 5.0
+    session_timeout_s: float = 18.0
     # Traffic accounting (proxy_broker/accounting.py): JSONL under data_dir/accounting (None:
     # Prometheus only) and the zone the shared FS is booked to.
     data_dir: Path | None = None
