@@ -40,6 +40,12 @@ object_store = "file://data/objects"  # or s3://bucket/prefix?endpoint=...&regio
 upload_threshold_bytes = 524288000    # upload when this much committed data is not in S3
 upload_interval_s = 60.0              # ... or when this long has passed since the last upload
 object_cache_bytes = 67108864         # LRU of DataBlocks read back from objects (per node)
+orphan_sweep_interval_s = 600.0       # delete objects no manifest lists (a crashed upload) ...
+orphan_grace_s = 600.0                # ... once they are this old (younger: may be in flight)
+compaction_interval_s = 300.0         # merge small StreamSetObjects, split large shares
+compaction_small_object_bytes = 33554432   # an SSO below this is merged with others
+compaction_max_object_bytes = 134217728    # at most this much per compaction job
+compaction_delete_delay_s = 30.0      # replaced objects go this long after the swap
 
 [[main_brokers]]
 node_id = 1
@@ -423,6 +429,32 @@ def _storage(
         b.object_cache_bytes = int(storage.get("object_cache_bytes", 64 * 1024 * 1024))
         if b.upload_threshold_bytes <= 0 or b.upload_interval_s <= 0:
             raise ConfigError("[storage] upload_threshold_bytes and upload_interval_s must be > 0")
+        _storage_upkeep(b, storage)
+
+
+def _storage_upkeep(b: BrokerConfig, storage: dict[str, Any]) -> None:
+    """[storage] orphan sweep and compaction settings of a main."""
+    b.orphan_sweep_interval_s = float(storage.get("orphan_sweep_interval_s", 600.0))
+    b.orphan_grace_s = float(storage.get("orphan_grace_s", 600.0))
+    b.compaction_interval_s = float(storage.get("compaction_interval_s", 300.0))
+    b.compaction_small_object_bytes = int(
+        storage.get("compaction_small_object_bytes", 32 * 1024 * 1024)
+    )
+    b.compaction_max_object_bytes = int(
+        storage.get("compaction_max_object_bytes", 128 * 1024 * 1024)
+    )
+    b.compaction_delete_delay_s = float(storage.get("compaction_delete_delay_s", 30.0))
+    positive = {
+        "orphan_sweep_interval_s": b.orphan_sweep_interval_s,
+        "compaction_interval_s": b.compaction_interval_s,
+        "compaction_small_object_bytes": b.compaction_small_object_bytes,
+        "compaction_max_object_bytes": b.compaction_max_object_bytes,
+    }
+    for name, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"[storage] {name} must be > 0")
+    if b.orphan_grace_s < 0 or b.compaction_delete_delay_s < 0:
+        raise ConfigError("[storage] orphan_grace_s and compaction_delete_delay_s must be >= 0")
 
 
 def _main_endpoint(node: MainBrokerNode) -> MainEndpoint:

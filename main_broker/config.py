@@ -63,6 +63,13 @@ class BrokerConfig:
     object_cache_bytes: int = 64 * 1024 * 1024  # LRU of DataBlocks read back
     orphan_sweep_interval_s: float = 600.0
     orphan_grace_s: float = 600.0  # an unlisted object younger than this may be in flight
+    # Background compaction (main_broker/object_compaction.py; defaults and why in
+    # s3_commit/compaction.py): merge SSOs below the small size, up to the max size per job,
+    # every interval; replaced objects are deleted this long after the manifest swap.
+    compaction_interval_s: float = 300.0
+    compaction_small_object_bytes: int = 32 * 1024 * 1024
+    compaction_max_object_bytes: int = 128 * 1024 * 1024
+    compaction_delete_delay_s: float = 30.0
     topic_defaults: dict[str, str] = field(default_factory=dict)
     wal: WalConfig = field(default_factory=WalConfig)
     groups: GroupConfig = field(default_factory=GroupConfig)

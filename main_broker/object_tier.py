@@ -21,6 +21,7 @@ import trio
 
 from kafka_wire.fetch_serving import read_failures_fail_the_partition
 from main_broker.links_floor import links_floor
+from main_broker.object_compaction import Compactor
 from main_broker.object_upload import PartitionUpload, UploadTracker, retention_floor
 from main_broker.partition_log import BatchEntry, ObjectSpan, PartitionLog
 from s3_commit import AsyncObjectStore, ObjectStore, ObjectStoreError, open_object_store
@@ -75,6 +76,7 @@ class ObjectTier:
         self.upload_done = trio.Event()  # replaced after each committed upload (tests wait)
         store.traffic_hook = self._on_request
         self._register_metrics()
+        self.compaction = Compactor(self)
 
     # -- start -------------------------------------------------------------------------------
 
@@ -146,6 +148,8 @@ class ObjectTier:
                 if now >= next_sweep:
                     next_sweep = now + cfg.orphan_sweep_interval_s
                     await self.sweep()
+                if await self.compaction.tick(now):
+                    continue  # another job may follow, once uploads had their turn
                 with trio.move_on_after(min(IDLE_POLL_S, cfg.upload_interval_s)):
                     await arrived.wait()
                 # Let produce fill a bit more before looking again.
@@ -287,6 +291,7 @@ class ObjectTier:
             "last_error": self.last_error,
             "last_upload_at": self.last_upload_at,
             "orphans_deleted": self.orphans_deleted,
+            "compaction": self.compaction.status(),
             "block_cache_bytes": self.reader.cached_bytes,
             "wal_retention_floor": self.broker.store.wal.retention_floor,
             "links_floor": dict(self.broker.store.links_floor),

@@ -153,6 +153,8 @@ class Manifest:
     node_id: int
     version: int = 0
     streams: dict[StreamKey, StreamManifest] = field(default_factory=dict)
+    # Replaced objects (compaction) -> when their writer may delete them (Unix ms).
+    retired: dict[str, int] = field(default_factory=dict)
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -170,6 +172,10 @@ class Manifest:
 
     def keys(self) -> set[str]:
         return {r.key for s in self.streams.values() for r in s.ranges}
+
+    def referenced_keys(self) -> set[str]:
+        """Every object an orphan sweep must keep: the listed ones and the retired ones."""
+        return self.keys() | self.retired.keys()
 
     def object_sizes(self) -> dict[str, int]:
         return {r.key: r.size for s in self.streams.values() for r in s.ranges}
@@ -276,6 +282,8 @@ class Manifest:
                 for key, stream in ordered
             ],
         }
+        if self.retired:
+            body["retired"] = [[k, t] for k, t in sorted(self.retired.items())]
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -307,13 +315,29 @@ class Manifest:
                     f"streams[{i}]: stream {key.topic_id.hex()}/{key.partition} listed twice"
                 )
             streams[key] = stream
-        return cls(node_id, version, streams)
+        return cls(node_id, version, streams, _parse_retired(raw.get("retired", [])))
 
 
 def _int(value: Any, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ManifestFormatError(f"{where}: expected an integer, got {value!r}")
     return value
+
+
+def _parse_retired(raw: Any) -> dict[str, int]:
+    if not isinstance(raw, list):
+        raise ManifestFormatError("retired is not a list")
+    retired: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        at = f"retired[{i}]"
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
+            raise ManifestFormatError(f"{at}: expected [object key, delete after ms]")
+        try:
+            parse_object_key(item[0])
+        except ValueError:
+            raise ManifestFormatError(f"{at}: {item[0]!r} is not a data object key") from None
+        retired[item[0]] = _int(item[1], f"{at} delete after")
+    return retired
 
 
 def _parse_stream(raw: Any, where: str) -> tuple[StreamKey, StreamManifest]:

@@ -77,13 +77,13 @@ class ManifestStore:
 
 
 async def referenced_keys(store: AsyncObjectStore) -> set[str]:
-    """Every object key any main's manifest lists. Raises on an unreadable manifest: a sweep
-    that cannot see every reference must delete nothing."""
+    """Every object key any main's manifest lists or retired. Raises on an unreadable
+    manifest: a sweep that cannot see every reference must delete nothing."""
     keys: set[str] = set()
     for info in await store.list(MANIFEST_PREFIX):
         found = await store.get(info.key)
         if found is not None:
-            keys |= Manifest.from_bytes(found[0]).keys()
+            keys |= Manifest.from_bytes(found[0]).referenced_keys()
     return keys
 
 
