@@ -40,6 +40,8 @@ object_store = "file://data/objects"  # or s3://bucket/prefix?endpoint=...&regio
 upload_threshold_bytes = 524288000    # upload when this much committed data is not in S3
 upload_interval_s = 60.0              # ... or when this long has passed since the last upload
 object_cache_bytes = 67108864         # LRU of DataBlocks read back from objects (per node)
+retention_check_interval_s = 30.0     # how often topic retention (retention.ms/.bytes) runs
+retention_delete_delay_s = 10.0       # an expired or deleted topic's object stays this long
 orphan_sweep_interval_s = 600.0       # delete objects no manifest lists (a crashed upload) ...
 orphan_grace_s = 600.0                # ... once they are this old (younger: may be in flight)
 compaction_interval_s = 300.0         # merge small StreamSetObjects, split large shares
@@ -429,6 +431,12 @@ def _storage(
         b.object_cache_bytes = int(storage.get("object_cache_bytes", 64 * 1024 * 1024))
         if b.upload_threshold_bytes <= 0 or b.upload_interval_s <= 0:
             raise ConfigError("[storage] upload_threshold_bytes and upload_interval_s must be > 0")
+        b.retention_check_interval_s = float(storage.get("retention_check_interval_s", 30.0))
+        b.retention_delete_delay_s = float(storage.get("retention_delete_delay_s", 10.0))
+        if b.retention_check_interval_s <= 0 or b.retention_delete_delay_s < 0:
+            raise ConfigError(
+                "[storage] retention_check_interval_s must be > 0 and retention_delete_delay_s >= 0"
+            )
         _storage_upkeep(b, storage)
 
 

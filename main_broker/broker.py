@@ -36,6 +36,7 @@ from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.log_store import LogStore
+from main_broker.object_retention import ObjectRetention
 from main_broker.object_tier import ObjectTier
 from main_broker.state_stream import publish_state
 from main_broker.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, MainZoneView
@@ -121,6 +122,7 @@ class MainBroker:
         self.zone_view = MainZoneView(config)
         self.store: LogStore
         self.objects: ObjectTier | None = None
+        self.retention: ObjectRetention | None = None
         self.coordinator: GroupCoordinator
         self.commit_nursery: trio.Nursery
 
@@ -145,6 +147,9 @@ class MainBroker:
         if cfg.object_store_url is not None:
             # Before replay: partitions must know their committed objects as they appear.
             self.objects = await ObjectTier.open(self)
+            # Before replay too: a topic deletion it replays still removes the topic's objects.
+            self.retention = ObjectRetention(self, self.objects)
+            store.on_topic_deleted = self.retention.topic_deleted
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
         warm_up(self.versions)
@@ -176,6 +181,8 @@ class MainBroker:
                 await nursery.start(self.coordinator.run)
                 if self.objects is not None:
                     nursery.start_soon(self.objects.run)
+                if self.retention is not None:
+                    nursery.start_soon(self.retention.run)
                 if cfg.rpc_port is not None:
                     self.rpc_port = await nursery.start(self._serve_rpc)
                 listeners = await nursery.start(
@@ -290,6 +297,7 @@ class MainBroker:
             "partitions": store.led_partition_count() if store else 0,
             "wal_end_offset": store.wal.end_offset if store else 0,
             "objects": self.objects.status() if self.objects is not None else None,
+            "retention": self.retention.status() if self.retention is not None else None,
             "cluster": self.cluster.status() if self.cluster is not None else None,
             "uptime_s": round(time.time() - self.started_at, 1),
         }

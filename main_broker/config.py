@@ -63,6 +63,11 @@ class BrokerConfig:
     object_cache_bytes: int = 64 * 1024 * 1024  # LRU of DataBlocks read back
     orphan_sweep_interval_s: float = 600.0
     orphan_grace_s: float = 600.0  # an unlisted object younger than this may be in flight
+    # Topic retention over objects and DeleteTopics' object removal (main_broker/
+    # object_retention.py): how often expired ranges are looked for, and how long an object
+    # no manifest lists any more stays for readers of the previous manifest.
+    retention_check_interval_s: float = 30.0
+    retention_delete_delay_s: float = 10.0
     # Background compaction (main_broker/object_compaction.py; defaults and why in
     # s3_commit/compaction.py): merge SSOs below the small size, up to the max size per job,
     # every interval; replaced objects are deleted this long after the manifest swap.

@@ -100,6 +100,9 @@ class LogStore:
         )
         self.snapshot_offsets: Callable[[], dict[str, list[list[Any]]]] = dict
         self.delete_topic_offsets: Callable[[str], None] = lambda topic: None
+        # Told the id of every topic that leaves the store (main_broker.object_retention
+        # removes its streams from the manifest and deletes their objects).
+        self.on_topic_deleted: Callable[[bytes], None] = lambda topic_id: None
         # Gives a partition its committed objects (main_broker.object_tier), when the broker
         # has an object store: called for every partition a topic creation makes and after
         # replay. Returns True when the partition's offsets moved.
@@ -134,6 +137,7 @@ class LogStore:
             for plog in state.partitions:
                 for entry in plog.entries:
                     entry.data = None
+            self.on_topic_deleted(state.topic_id)
 
     async def create_topic(
         self,

@@ -96,10 +96,11 @@ class PartitionLog:
 
         Objects past the log's end mean the WAL lost its records (a restart with an empty WAL
         directory): the log continues after them. The log start becomes the objects' start
-        when objects and WAL meet without a gap.
+        when objects and WAL meet without a gap, and never stays below the manifest's log
+        start (retention): batches the WAL index still holds below it are forgotten.
         """
         self.objects = stream
-        if stream is None or not stream.ranges:
+        if stream is None:
             return False
         before = (self.log_start_offset, self.next_offset, self.high_watermark)
         end = stream.end_offset
@@ -112,11 +113,16 @@ class PartitionLog:
 
     def _object_log_start(self) -> None:
         stream = self.objects
-        if stream is None or not stream.ranges:
+        if stream is None:
             return
+        floor = stream.log_start
+        if floor > 0:
+            # Retention expired these offsets: the WAL's copies (their segments go with the
+            # WAL's own retention) must not serve them either.
+            self.index.drop_front(self.index.first_index_at(floor))
         wal_start = self.wal_start_offset
         if stream.end_offset >= wal_start:
-            self.log_start_offset = min(stream.start_offset, wal_start)
+            self.log_start_offset = max(min(stream.start_offset, wal_start), floor)
         elif self.log_start_offset < wal_start:
             self.log_start_offset = wal_start  # a gap: what lies between is lost
 

@@ -123,6 +123,7 @@ class EffectiveTopicConfig:
     retention_ms: int
     retention_bytes: int
     compacted: bool
+    retention_deletes: bool = True  # cleanup.policy has "delete": retention.ms/bytes apply
 
     @classmethod
     def from_explicit(
@@ -143,4 +144,5 @@ class EffectiveTopicConfig:
             retention_ms=int(value("retention.ms")),
             retention_bytes=int(value("retention.bytes")),
             compacted="compact" in value("cleanup.policy"),
+            retention_deletes="delete" in value("cleanup.policy"),
         )

@@ -1,0 +1,222 @@
+"""Retention and DeleteTopics on a main's committed objects: the I/O around
+`main_broker.retention_policy`.
+
+Every `retention_check_interval_s`, and at once after a topic was deleted, one pass:
+
+1. computes, for each partition this main leads, its limits (the topic's retention.ms and
+   retention.bytes, unless cleanup.policy lacks "delete") and its WAL bytes above the objects;
+2. commits the manifest without the expired ranges (the log start moves past them) and without
+   the streams of deleted topics, by CAS (the change is re-evaluated on a re-read manifest);
+3. publishes it: state subscribers get the rows and, in the same frame, the partitions' new
+   log starts; ListOffsets and Fetch below the new start answer as Kafka does at once;
+4. after `retention_delete_delay_s` (a reader that picked an object from the previous manifest
+   is done by then), deletes the objects no manifest references any more, and evicts them from
+   the block cache.
+
+A crash between the CAS and the delete leaves objects no manifest lists: the orphan sweep takes
+them (their ids are dated long before the sweep's grace period).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from main_broker.object_upload import stream_key
+from main_broker.partition_log import PartitionLog
+from main_broker.retention_policy import (
+    StreamRetention,
+    apply_retention,
+    unreferenced,
+    without_topics,
+)
+from s3_commit import ObjectStoreError
+from s3_commit.manifest import Manifest, StreamKey
+from s3_commit.manifest_store import referenced_keys
+
+if TYPE_CHECKING:
+    from main_broker.broker import MainBroker
+    from main_broker.object_tier import ObjectTier
+
+__all__ = ["ObjectRetention"]
+
+log = logging.getLogger("zonefleet.main_broker.retention")
+
+PUBLISH_WAIT_S = 1.0
+DELETE_RETRY_S = 5.0
+
+
+class ObjectRetention:
+    def __init__(self, broker: MainBroker, tier: ObjectTier) -> None:
+        self.broker = broker
+        self.tier = tier
+        self.interval_s = broker.config.retention_check_interval_s
+        self.delete_delay_s = broker.config.retention_delete_delay_s
+        # Ids of topics deleted since start (replay included). Kept: an upload that was in
+        # flight when its topic went may still commit the topic's stream, and the next pass
+        # removes it again.
+        self.deleted_topics: set[bytes] = set()
+        self._wake = trio.Event()
+        # (trio time when due, object keys) of removals not yet deleted.
+        self._doomed: list[tuple[float, set[str]]] = []
+        self.passes = 0
+        self.log_start_moves = 0
+        self.streams_removed = 0
+        self.objects_deleted = 0
+        self.last_error: str | None = None
+        self.pass_done = trio.Event()  # replaced after each pass (tests wait)
+        self.deleted = trio.Event()  # replaced after each round of deletes (tests wait)
+
+    def topic_deleted(self, topic_id: bytes) -> None:
+        """A topic left the broker's store (DeleteTopics, replay, the cluster document)."""
+        self.deleted_topics.add(topic_id)
+        self._wake.set()
+
+    # -- the background task -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+                self.last_error = None
+            except (ObjectStoreError, OSError, ValueError) as exc:
+                # The manifest is unchanged or committed; either way the next pass re-decides.
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("retention pass failed: %s", exc)
+            await self.delete_due()
+            wait = self.interval_s
+            if self._doomed:
+                wait = min(wait, min(due for due, _ in self._doomed) - trio.current_time())
+            with trio.move_on_after(max(wait, 0.0)):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def run_once(self) -> Manifest:
+        """One pass: commit what expired or was deleted, publish it, schedule the deletes."""
+        store = self.broker.store
+        tier = self.tier
+        deleted = {t for t in self.deleted_topics if t not in store.topics_by_id}
+        live = self._live_topic_ids()
+        limits = self._limits()
+        now_ms = int(time.time() * 1000)
+        outcome: dict[str, Any] = {}
+
+        def change(manifest: Manifest) -> Manifest:
+            kept = without_topics(manifest, deleted, live)
+            new = apply_retention(kept, limits, now_ms)
+            outcome["changed"] = new is not manifest
+            outcome["removed"] = unreferenced(manifest, new)
+            outcome["streams"] = manifest.streams.keys() - kept.streams.keys()
+            outcome["moved"] = [
+                k for k, s in new.streams.items() if s.log_start != kept.streams[k].log_start
+            ]
+            return new
+
+        manifest = await tier.manifests.update(change)
+        self._pass_done()
+        if not outcome.get("changed"):
+            return manifest
+        gone_streams: set[StreamKey] = outcome["streams"]
+        self.streams_removed += len(gone_streams)
+        self.log_start_moves += len(outcome["moved"])
+        for key in gone_streams:
+            tier.tracker.uploaded_end.pop(key, None)
+        # One state frame carries the rows and the log starts they moved.
+        store.set_manifest(manifest)
+        for topic in store.topics.values():
+            for plog in topic.partitions:
+                if tier.adopt(plog):
+                    store.partition_moved(plog)
+        removed: set[str] = outcome["removed"]
+        log.info(
+            "retention: manifest version %d, %d log starts moved, %d streams of deleted topics "
+            "removed, %d objects to delete",
+            manifest.version,
+            len(outcome["moved"]),
+            len(gone_streams),
+            len(removed),
+        )
+        if removed:
+            if not await store.wait_manifest_published(manifest.version, PUBLISH_WAIT_S):
+                log.info("deletes go ahead of proxies lacking manifest %d", manifest.version)
+            self._doomed.append((trio.current_time() + self.delete_delay_s, removed))
+        return manifest
+
+    def _pass_done(self) -> None:
+        self.passes += 1
+        self.pass_done.set()
+        self.pass_done = trio.Event()
+
+    def _owned(self) -> list[PartitionLog]:
+        return [p for t in self.broker.store.topics.values() for p in t.partitions if p.owned]
+
+    def _limits(self) -> dict[StreamKey, StreamRetention]:
+        manifest = self.tier.manifests.manifest
+        out: dict[StreamKey, StreamRetention] = {}
+        for plog in self._owned():
+            cfg = plog.config
+            if not cfg.retention_deletes:
+                continue  # cleanup.policy=compact alone: no time or size retention (Kafka)
+            key = stream_key(plog)
+            stream = manifest.streams.get(key)
+            if stream is None:
+                continue
+            wal_bytes = plog.bytes_available(stream.end_offset, plog.high_watermark)
+            out[key] = StreamRetention(cfg.retention_ms, cfg.retention_bytes, wal_bytes)
+        return out
+
+    def _live_topic_ids(self) -> set[bytes] | None:
+        """Every topic id of the cluster metadata document, when this main has one: a stream
+        of any other topic belongs to a topic deleted while this main was down. None without
+        that document (a main's own WAL is no such authority: it may have been wiped)."""
+        cluster = self.broker.cluster
+        meta = getattr(cluster, "meta", None)
+        if meta is None or not meta.exists:
+            return None
+        return {t.topic_id for t in meta.doc.topics.values()}
+
+    # -- deleting ----------------------------------------------------------------------------
+
+    async def delete_due(self) -> list[str]:
+        """Delete the removed objects whose delay passed and that no manifest references."""
+        now = trio.current_time()
+        due = [(t, keys) for t, keys in self._doomed if t <= now]
+        if not due:
+            return []
+        candidates = set().union(*(keys for _, keys in due))
+        tier = self.tier
+        try:
+            # Another main's manifest (or a compaction's retired list) may still name one.
+            keep = await referenced_keys(tier.astore) | tier.manifests.manifest.keys()
+            gone = sorted(candidates - keep)
+            if gone:
+                await tier.astore.delete_many(gone)
+        except (ObjectStoreError, OSError, ValueError) as exc:
+            log.warning("deleting %d expired objects failed, retrying: %s", len(candidates), exc)
+            self._doomed = [
+                (now + DELETE_RETRY_S, keys) if t <= now else (t, keys) for t, keys in self._doomed
+            ]
+            return []
+        self._doomed = [(t, keys) for t, keys in self._doomed if t > now]
+        tier.reader.evict(gone)
+        self.objects_deleted += len(gone)
+        self.deleted.set()
+        self.deleted = trio.Event()
+        if gone:
+            log.info("deleted %d objects retention or DeleteTopics removed", len(gone))
+        return gone
+
+    # -- state -------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "passes": self.passes,
+            "log_start_moves": self.log_start_moves,
+            "streams_removed": self.streams_removed,
+            "objects_deleted": self.objects_deleted,
+            "objects_pending_delete": sum(len(keys) for _, keys in self._doomed),
+            "last_error": self.last_error,
+        }
