@@ -38,6 +38,7 @@ from s3_commit.compaction import (
 from s3_commit.manifest import Manifest, UploadedObject, new_object_id
 from s3_commit.object_plan import UploadPlan, plan_upload
 from s3_commit.object_store import ObjectStoreError
+from telemetry.pause_points import pause_point
 
 if TYPE_CHECKING:
     from main_broker.object_tier import ObjectTier
@@ -129,6 +130,7 @@ class Compactor:
         for key, data in encoded:
             await tier.astore.put(key, data)
         outputs = compacted_objects(job, plan, {key: len(data) for key, data in encoded})
+        pause_point("after_compaction_upload")  # crash tests: new objects in, unlisted
         retire_at = int((time.time() + self.config.compaction_delete_delay_s) * 1000)
         try:
             manifest = await tier.manifests.update(
@@ -139,6 +141,7 @@ class Compactor:
             log.info("compaction abandoned (%s): deleting its %d new objects", exc, len(outputs))
             await tier.astore.delete_many([o.key for o in outputs])
             return False
+        pause_point("after_compaction_swap")  # crash tests: swapped, nothing after it ran
         self._publish(manifest)
         self.compactions += 1
         self.objects_replaced += len(job.sources)

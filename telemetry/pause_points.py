@@ -7,7 +7,9 @@ default, a pause point is one comparison.
 
 Steps: ``after_upload`` (objects PUT, their manifest CAS not yet made), ``after_manifest`` (the
 manifest CAS succeeded, nothing after it ran), ``during_trim`` (a WAL retention pass deleted a
-segment and has more to delete).
+segment and has more to delete), ``after_compaction_upload`` (a compaction's new objects PUT,
+its manifest swap not yet made), ``after_compaction_swap`` (the swap's CAS succeeded, nothing
+after it ran).
 """
 
 from __future__ import annotations
