@@ -108,7 +108,12 @@ class Compactor:
         for key in job.sources:
             found = await tier.astore.get(key)
             if found is None:
-                self._skip(key, "listed in the manifest but missing")
+                if key not in tier.manifests.manifest.keys():
+                    # Retention or DeleteTopics removed (and deleted) it since the plan.
+                    self.abandoned += 1
+                    log.info("compaction abandoned: %s is no longer listed", key)
+                else:
+                    self._skip(key, "listed in the manifest but missing")
                 return False
             objects[key] = found[0]
             self.bytes_read += len(found[0])
