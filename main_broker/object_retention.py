@@ -7,14 +7,15 @@ Every `retention_check_interval_s`, and at once after a topic was deleted, one p
    retention.bytes, unless cleanup.policy lacks "delete") and its WAL bytes above the objects;
 2. commits the manifest without the expired ranges (the log start moves past them) and without
    the streams of deleted topics, by CAS (the change is re-evaluated on a re-read manifest);
+   the objects no stream lists any more are retired in the same CAS, to be deleted
+   `retention_delete_delay_s` later (a reader that picked one from the previous manifest is
+   done by then);
 3. publishes it: state subscribers get the rows and, in the same frame, the partitions' new
-   log starts; ListOffsets and Fetch below the new start answer as Kafka does at once;
-4. after `retention_delete_delay_s` (a reader that picked an object from the previous manifest
-   is done by then), deletes the objects no manifest references any more, and evicts them from
-   the block cache.
+   log starts; ListOffsets and Fetch below the new start answer as Kafka does at once.
 
-A crash between the CAS and the delete leaves objects no manifest lists: the orphan sweep takes
-them (their ids are dated long before the sweep's grace period).
+The object tier deletes retired objects once their time has come and evicts them from the
+block cache (`main_broker.object_compaction`, the same path as compaction's replaced objects);
+being in the manifest, they are deleted after a crash too.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from main_broker.partition_log import PartitionLog
 from main_broker.retention_policy import (
     StreamRetention,
     apply_retention,
+    retire_unreferenced,
     unreferenced,
     without_topics,
 )
 from s3_commit import ObjectStoreError
 from s3_commit.manifest import Manifest, StreamKey
-from s3_commit.manifest_store import referenced_keys
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker
@@ -44,9 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["ObjectRetention"]
 
 log = logging.getLogger("zonefleet.main_broker.retention")
-
-PUBLISH_WAIT_S = 1.0
-DELETE_RETRY_S = 5.0
 
 
 class ObjectRetention:
@@ -60,15 +58,12 @@ class ObjectRetention:
         # removes it again.
         self.deleted_topics: set[bytes] = set()
         self._wake = trio.Event()
-        # (trio time when due, object keys) of removals not yet deleted.
-        self._doomed: list[tuple[float, set[str]]] = []
         self.passes = 0
         self.log_start_moves = 0
         self.streams_removed = 0
-        self.objects_deleted = 0
+        self.objects_retired = 0
         self.last_error: str | None = None
         self.pass_done = trio.Event()  # replaced after each pass (tests wait)
-        self.deleted = trio.Event()  # replaced after each round of deletes (tests wait)
 
     def topic_deleted(self, topic_id: bytes) -> None:
         """A topic left the broker's store (DeleteTopics, replay, the cluster document)."""
@@ -86,27 +81,26 @@ class ObjectRetention:
                 # The manifest is unchanged or committed; either way the next pass re-decides.
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("retention pass failed: %s", exc)
-            await self.delete_due()
-            wait = self.interval_s
-            if self._doomed:
-                wait = min(wait, min(due for due, _ in self._doomed) - trio.current_time())
-            with trio.move_on_after(max(wait, 0.0)):
+            with trio.move_on_after(self.interval_s):
                 await self._wake.wait()
             self._wake = trio.Event()
 
     async def run_once(self) -> Manifest:
-        """One pass: commit what expired or was deleted, publish it, schedule the deletes."""
+        """One pass: commit what expired or was deleted (retiring the objects it frees), and
+        publish it."""
         store = self.broker.store
         tier = self.tier
         deleted = {t for t in self.deleted_topics if t not in store.topics_by_id}
         live = self._live_topic_ids()
         limits = self._limits()
         now_ms = int(time.time() * 1000)
+        delete_after_ms = now_ms + int(self.delete_delay_s * 1000)
         outcome: dict[str, Any] = {}
 
         def change(manifest: Manifest) -> Manifest:
             kept = without_topics(manifest, deleted, live)
-            new = apply_retention(kept, limits, now_ms)
+            expired = apply_retention(kept, limits, now_ms)
+            new = retire_unreferenced(manifest, expired, delete_after_ms)
             outcome["changed"] = new is not manifest
             outcome["removed"] = unreferenced(manifest, new)
             outcome["streams"] = manifest.streams.keys() - kept.streams.keys()
@@ -120,8 +114,10 @@ class ObjectRetention:
         if not outcome.get("changed"):
             return manifest
         gone_streams: set[StreamKey] = outcome["streams"]
+        removed: set[str] = outcome["removed"]
         self.streams_removed += len(gone_streams)
         self.log_start_moves += len(outcome["moved"])
+        self.objects_retired += len(removed)
         for key in gone_streams:
             tier.tracker.uploaded_end.pop(key, None)
         # One state frame carries the rows and the log starts they moved.
@@ -130,19 +126,15 @@ class ObjectRetention:
             for plog in topic.partitions:
                 if tier.adopt(plog):
                     store.partition_moved(plog)
-        removed: set[str] = outcome["removed"]
         log.info(
             "retention: manifest version %d, %d log starts moved, %d streams of deleted topics "
-            "removed, %d objects to delete",
+            "removed, %d objects retired for deletion in %.1fs",
             manifest.version,
             len(outcome["moved"]),
             len(gone_streams),
             len(removed),
+            self.delete_delay_s,
         )
-        if removed:
-            if not await store.wait_manifest_published(manifest.version, PUBLISH_WAIT_S):
-                log.info("deletes go ahead of proxies lacking manifest %d", manifest.version)
-            self._doomed.append((trio.current_time() + self.delete_delay_s, removed))
         return manifest
 
     def _pass_done(self) -> None:
@@ -178,37 +170,6 @@ class ObjectRetention:
             return None
         return {t.topic_id for t in meta.doc.topics.values()}
 
-    # -- deleting ----------------------------------------------------------------------------
-
-    async def delete_due(self) -> list[str]:
-        """Delete the removed objects whose delay passed and that no manifest references."""
-        now = trio.current_time()
-        due = [(t, keys) for t, keys in self._doomed if t <= now]
-        if not due:
-            return []
-        candidates = set().union(*(keys for _, keys in due))
-        tier = self.tier
-        try:
-            # Another main's manifest (or a compaction's retired list) may still name one.
-            keep = await referenced_keys(tier.astore) | tier.manifests.manifest.keys()
-            gone = sorted(candidates - keep)
-            if gone:
-                await tier.astore.delete_many(gone)
-        except (ObjectStoreError, OSError, ValueError) as exc:
-            log.warning("deleting %d expired objects failed, retrying: %s", len(candidates), exc)
-            self._doomed = [
-                (now + DELETE_RETRY_S, keys) if t <= now else (t, keys) for t, keys in self._doomed
-            ]
-            return []
-        self._doomed = [(t, keys) for t, keys in self._doomed if t > now]
-        tier.reader.evict(gone)
-        self.objects_deleted += len(gone)
-        self.deleted.set()
-        self.deleted = trio.Event()
-        if gone:
-            log.info("deleted %d objects retention or DeleteTopics removed", len(gone))
-        return gone
-
     # -- state -------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -216,7 +177,6 @@ class ObjectRetention:
             "passes": self.passes,
             "log_start_moves": self.log_start_moves,
             "streams_removed": self.streams_removed,
-            "objects_deleted": self.objects_deleted,
-            "objects_pending_delete": sum(len(keys) for _, keys in self._doomed),
+            "objects_retired": self.objects_retired,
             "last_error": self.last_error,
         }

@@ -10,14 +10,17 @@ ranges go, oldest first, and never data not yet in an object (the active segment
 unlimited. The partition's log start moves to the end of the last range dropped, and the
 manifest keeps it (`StreamManifest.log_start`) after the ranges are gone.
 
-An object is deleted only once no stream of any manifest references it: a StreamSetObject
-shared by several streams stays until every range in it expired (or its topics were deleted).
+An object goes only once no stream references it: a StreamSetObject shared by several streams
+stays until every range in it expired (or its topics were deleted). It then joins the manifest's
+`retired` objects with a delete-after time, exactly as compaction's replaced sources do, and is
+deleted (by the main's object tier, `main_broker.object_compaction`) once that time passed: a
+reader still using the previous manifest finishes first, and no orphan sweep takes it meanwhile.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from s3_commit.manifest import Manifest, ObjectRange, StreamKey, StreamManifest, object_id_time_ms
 from s3_commit.object_plan import parse_object_key
@@ -28,6 +31,7 @@ __all__ = [
     "expired_log_start",
     "range_bytes",
     "range_time_ms",
+    "retire_unreferenced",
     "unreferenced",
     "without_topics",
 ]
@@ -118,6 +122,16 @@ def without_topics(
 
 
 def unreferenced(old: Manifest, new: Manifest) -> set[str]:
-    """The objects `old` referenced that `new` does not (candidates for deletion, once no
-    other manifest references them either)."""
+    """The objects `old` listed in a stream that `new` lists in none."""
     return old.keys() - new.keys()
+
+
+def retire_unreferenced(old: Manifest, new: Manifest, delete_after_ms: int) -> Manifest:
+    """`new` with the objects it stopped listing (since `old`) retired until
+    `delete_after_ms`; itself when there are none."""
+    gone = unreferenced(old, new) - new.retired.keys()
+    if not gone:
+        return new
+    retired = dict(new.retired)
+    retired.update(dict.fromkeys(gone, delete_after_ms))
+    return replace(new, retired=retired)

@@ -31,10 +31,12 @@ from main_broker.retention_policy import (
     apply_retention,
     expired_log_start,
     range_time_ms,
+    retire_unreferenced,
     unreferenced,
     without_topics,
 )
 from main_broker.topic_config import EffectiveTopicConfig
+from proxy_broker.broker import ProxyBroker
 from s3_commit import open_object_store
 from s3_commit.manifest import (
     Manifest,
@@ -49,6 +51,7 @@ from s3_commit.object_plan import sso_key
 from shared_wal import WalConfig, WalPosition
 from tests.raw_kafka import RawKafka
 from tests.s3_servers import ACCESS_KEY, SECRET_KEY, SeaweedServer, free_port, seaweedfs
+from tests.zone_fleet import write_zones_toml, zone_client_id
 
 __all__ = ["seaweedfs"]  # the fixture, imported so pytest finds it
 
@@ -128,6 +131,13 @@ def test_a_shared_object_goes_only_when_no_stream_references_it() -> None:
     assert apply_retention(retained, limits, NOW) is retained
     later = apply_retention(retained, limits, NOW + 2 * HOUR)
     assert unreferenced(retained, later) == {_sso(1), _sso(2)}
+    # The freed objects are retired (referenced until deleted, after the delay) in the same CAS.
+    retired = retire_unreferenced(retained, later, NOW + 10_000)
+    assert retired.retired == {_sso(1): NOW + 10_000, _sso(2): NOW + 10_000}
+    assert retired.referenced_keys() == {_sso(1), _sso(2)} and retired.keys() == set()
+    assert Manifest.from_bytes(retired.to_bytes()) == retired
+    assert retire_unreferenced(retired, retired, NOW) is retired
+    assert retire_unreferenced(m, retained, NOW) is retained  # nothing freed
     # Every range expired: the streams stay with their ends as log starts.
     assert later.stream(T1, 0).end_offset == 20 and later.stream(T2, 0).end_offset == 5  # type: ignore[union-attr]
     # DeleteTopics: by deleted id, or (with cluster metadata) every topic not live.
@@ -238,8 +248,12 @@ def _config(wal_dir: Path, url: str) -> BrokerConfig:
     )
 
 
-def _produce(bootstrap: str, topic: str, start: int, count: int, timestamp_ms: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+def _produce(
+    bootstrap: str, topic: str, start: int, count: int, timestamp_ms: int, client_id: str = ""
+) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "client.id": client_id}
+    )
     errors: list[Any] = []
 
     def delivered(error: Any, _msg: Any) -> None:
@@ -254,11 +268,14 @@ def _produce(bootstrap: str, topic: str, start: int, count: int, timestamp_ms: i
     assert producer.flush(20) == 0 and not errors
 
 
-def _consume(bootstrap: str, topic: str, expect: int) -> list[tuple[int, bytes]]:
+def _consume(
+    bootstrap: str, topic: str, expect: int, client_id: str = ""
+) -> list[tuple[int, bytes]]:
     """From the earliest offset (ListOffsets) to the end."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
+            "client.id": client_id,
             "group.id": f"g-{uuid.uuid4()}",
             "enable.partition.eof": True,
             "enable.auto.commit": False,
@@ -283,9 +300,15 @@ def _consume(bootstrap: str, topic: str, expect: int) -> list[tuple[int, bytes]]
     return out
 
 
-def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
+def _watermarks(bootstrap: str, topic: str, client_id: str = "") -> tuple[int, int]:
     """ListOffsets earliest and latest."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"w-{uuid.uuid4()}"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"w-{uuid.uuid4()}",
+            "client.id": client_id,
+        }
+    )
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
     finally:
@@ -332,8 +355,10 @@ def _fetch_error(bootstrap: str, topic: str, offset: int) -> int:
     return int(part.error_code)
 
 
-def _admin(bootstrap: str, create: dict[str, dict[str, str]], delete: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def _admin(
+    bootstrap: str, create: dict[str, dict[str, str]], delete: list[str], client_id: str = ""
+) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": client_id})
     if delete:
         for future in admin.delete_topics(delete, operation_timeout=10).values():
             future.result()
@@ -449,7 +474,8 @@ async def test_retention_and_delete_topics_on_seaweedfs(bucket_url: str, tmp_pat
         await _until(lambda: "kept" in broker.store.topics)
         assert broker.store.topics["kept"].topic_id != kept_id
         assert await trio.to_thread.run_sync(_watermarks, bootstrap, "kept") == (0, 0)
-        assert retention.status()["objects_deleted"] >= 2
+        assert retention.status()["objects_retired"] >= 2
+        assert not {s0, s1} & tier.manifests.manifest.retired.keys()  # deleted, then dropped
         nursery.cancel_scope.cancel()
 
     # A restart with an empty WAL directory: the log starts come back from the manifest.
@@ -465,4 +491,51 @@ async def test_retention_and_delete_topics_on_seaweedfs(bucket_url: str, tmp_pat
         got = await trio.to_thread.run_sync(_consume, bootstrap, "expiring", 200)
         assert got == _expected(200, 400)
         assert await trio.to_thread.run_sync(_watermarks, bootstrap, "kept") == (0, 0)
+        nursery.cancel_scope.cancel()
+
+
+# -- a zone proxy -------------------------------------------------------------------------------
+
+
+async def test_a_proxy_answers_below_the_new_log_start_as_the_main_does(tmp_path: Path) -> None:
+    _, config = write_zones_toml(tmp_path / "fleet", zones=1)
+    for m in config.mains:
+        b = m.broker
+        b.upload_threshold_bytes, b.upload_interval_s = 1 << 40, 3600.0
+        b.retention_check_interval_s, b.retention_delete_delay_s = 0.1, 0.2
+        b.wal = WalConfig(segment_bytes=2048, retention_bytes=1, retention_interval_s=0.1)
+    (main_node,) = config.mains
+    (proxy_node,) = config.proxies
+    zone = proxy_node.proxy.zone
+    client = zone_client_id(zone)
+    topic = "proxied"
+    now = int(time.time() * 1000)
+    async with trio.open_nursery() as nursery:
+        main = MainBroker(main_node.broker)
+        await nursery.start(main.run)
+        proxy = ProxyBroker(proxy_node.proxy)
+        await nursery.start(proxy.run)
+        bootstrap = f"127.0.0.1:{proxy.bound_port}"
+        tier = main.objects
+        assert tier is not None
+        settings = {topic: {"retention.ms": str(HOUR)}}
+        await trio.to_thread.run_sync(_admin, bootstrap, settings, [], client)
+        await _until(lambda: main.store.partition(topic, 0) is not None)
+        plog = main.store.partition(topic, 0)
+        assert plog is not None
+        for start, timestamp in ((0, now - 2 * HOUR), (100, now)):
+            await trio.to_thread.run_sync(_produce, bootstrap, topic, start, 100, timestamp, client)
+            await _until(lambda end=start + 100: plog.high_watermark == end)  # type: ignore[misc]
+            assert await tier.upload_once() > 0
+        await _until(lambda: plog.log_start_offset == 100)
+        part = proxy.partition(topic, 0)
+        assert part is not None
+        await _until(lambda: part.log_start_offset == 100)  # the state stream's "ls"
+        assert part.objects is not None and part.objects.log_start == 100
+        # Through the proxy: Fetch below the start is OFFSET_OUT_OF_RANGE, ListOffsets earliest
+        # is the new start, and a consumer from the beginning reads the kept records once.
+        assert await trio.to_thread.run_sync(_fetch_error, bootstrap, topic, 50) == 1
+        assert await trio.to_thread.run_sync(_watermarks, bootstrap, topic, client) == (100, 200)
+        got = await trio.to_thread.run_sync(_consume, bootstrap, topic, 100, client)
+        assert got == _expected(100, 200)
         nursery.cancel_scope.cancel()
