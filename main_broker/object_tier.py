@@ -25,7 +25,13 @@ from main_broker.object_compaction import Compactor
 from main_broker.object_upload import PartitionUpload, UploadTracker, retention_floor
 from main_broker.partition_log import BatchEntry, ObjectSpan, PartitionLog
 from s3_commit import AsyncObjectStore, ObjectStore, ObjectStoreError, open_object_store
-from s3_commit.manifest import StreamManifest, StreamShare, UploadedObject, new_object_id
+from s3_commit.manifest import (
+    Manifest,
+    StreamManifest,
+    StreamShare,
+    UploadedObject,
+    new_object_id,
+)
 from s3_commit.manifest_store import ManifestStore, sweep_orphans
 from s3_commit.object_format import DEFAULT_BLOCK_SIZE
 from s3_commit.object_plan import DEFAULT_SPLIT_SIZE, plan_upload
@@ -95,7 +101,7 @@ class ObjectTier:
             )
         )
         tier = cls(broker, store)
-        manifest = await tier.manifests.load()
+        manifest = await tier._load_manifest()
         tier.tracker.load({key: s.end_offset for key, s in manifest.streams.items()})
         log.info(
             "object manifest %s: %d streams, %d objects",
@@ -109,6 +115,29 @@ class ObjectTier:
         log_store.adopt_objects = tier.adopt
         log_store.batches = TieredBatchReader(log_store.reader.fs, tier, own=log_store.reader)
         return tier
+
+    async def _load_manifest(self) -> Manifest:
+        """The manifest, waiting out an unreachable store: without it the main cannot know
+        which offsets are committed in objects, so it does not serve until it has it. A
+        manifest that does not parse is not waited on: that needs an operator."""
+        backoff = MIN_BACKOFF_S
+        while True:
+            try:
+                manifest = await self.manifests.load()
+                self.last_error = None
+                return manifest
+            except (ObjectStoreError, OSError) as exc:
+                self.failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "cannot read manifest %s (retrying in %.1f s; not serving until then): %s",
+                    self.manifests.key,
+                    backoff,
+                    exc,
+                    extra={"node": self.config.node_id},
+                )
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def adopt(self, plog: PartitionLog) -> bool:
         return plog.adopt_objects(self.manifests.manifest.stream(plog.topic_id, plog.partition))
@@ -318,13 +347,8 @@ class ObjectTier:
                 "GET-class S3 requests made.",
                 lambda: self._requests["get"],
             ),
-            "zonefleet_s3_block_cache_bytes": (
-                "Bytes of DataBlocks in the read cache.",
-                lambda: self.reader.cached_bytes,
-            ),
         }
-        for name, (help_text, fn) in gauges.items():
-            registry.gauge(name, help_text).set_function(lambda fn=fn: float(fn()))  # type: ignore[misc]
+        registry.gauge_functions({**gauges, **self.reader.gauges()})
 
 
 def _share(part: PartitionUpload, start: int, end: int) -> StreamShare:

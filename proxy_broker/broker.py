@@ -206,7 +206,7 @@ class ProxyBroker:
     async def _open_objects(self, url: str) -> ProxyObjects:
         store = await trio.to_thread.run_sync(open_object_store, url)
         store.traffic_hook = self.traffic.s3_request
-        return ProxyObjects(store, self.config.object_cache_bytes)
+        return ProxyObjects(store, self.config.object_cache_bytes, self.registry)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         self.metrics.connections.inc()

@@ -18,6 +18,7 @@ from s3_commit import AsyncObjectStore, ObjectStore
 from s3_commit.manifest import StreamManifest
 from s3_commit.object_reader import ObjectReader
 from shared_wal.batch_index import ObjectSpan
+from telemetry import MetricsRegistry
 
 __all__ = ["ObjectSpan", "ProxyObjects"]
 
@@ -27,11 +28,20 @@ MAX_THREADS = 8
 
 
 class ProxyObjects:
-    def __init__(self, store: ObjectStore, cache_bytes: int) -> None:
+    def __init__(self, store: ObjectStore, cache_bytes: int, registry: MetricsRegistry) -> None:
         self.store = store
         self.astore = AsyncObjectStore(store, max_threads=MAX_THREADS)
         self.reader = ObjectReader(self.astore, block_cache_bytes=cache_bytes)
         self.failures = 0
+        registry.gauge_functions(
+            {
+                **self.reader.gauges(),
+                "zonefleet_s3_read_failures": (
+                    "Partition reads from objects that failed (KAFKA_STORAGE_ERROR).",
+                    lambda: float(self.failures),
+                ),
+            }
+        )
 
     async def run(self) -> None:
         """Hosts the reader's read-ahead tasks; runs until cancelled."""

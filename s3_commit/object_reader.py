@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -105,6 +105,28 @@ class ObjectReader:
         self.bytes_read = 0
         self.block_hits = 0
         self.block_misses = 0
+
+    def gauges(self, prefix: str = "zonefleet_s3") -> dict[str, tuple[str, Callable[[], float]]]:
+        """The reader's Prometheus gauges, for `MetricsRegistry.gauge_functions`."""
+        return {
+            f"{prefix}_block_cache_bytes": (
+                "Bytes of DataBlocks in the read cache.",
+                lambda: float(self.cached_bytes),
+            ),
+            f"{prefix}_block_cache_hits": (
+                "DataBlock reads served from the cache.",
+                lambda: float(self.block_hits),
+            ),
+            f"{prefix}_block_cache_misses": (
+                "DataBlock reads that had to GET the block.",
+                lambda: float(self.block_misses),
+            ),
+            f"{prefix}_read_gets": (
+                "Ranged GETs of object footers, indexes and DataBlocks.",
+                lambda: float(self.gets),
+            ),
+            f"{prefix}_read_bytes": ("Bytes read from objects.", lambda: float(self.bytes_read)),
+        }
 
     # -- footers and indexes -------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import math
 import re
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Generic, TypeVar
@@ -385,6 +385,11 @@ class MetricsRegistry:
     def gauge(self, name: str, help: str, labels: Sequence[str] = ()) -> Gauge:
         labelnames = _check_labels(name, labels)
         return self._register(Gauge, name, labelnames, lambda: Gauge(name, help, labelnames))
+
+    def gauge_functions(self, gauges: Mapping[str, tuple[str, Callable[[], float]]]) -> None:
+        """Gauges read from the given functions at each scrape: {name: (help, function)}."""
+        for name, (help_text, fn) in gauges.items():
+            self.gauge(name, help_text).set_function(fn)
 
     def histogram(
         self,

@@ -250,3 +250,32 @@ async def test_s3_faults_do_not_stop_produce_and_uploads_resume(
         got = await trio.to_thread.run_sync(_consume_all, bootstrap, 600)
         assert got == _expected(600)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_main_waits_for_an_unreachable_store_then_serves(
+    moto: MotoServer, fault_proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """The manifest says what objects hold: until it is read the main does not serve, and it
+    keeps trying (no crash, no serving with a guessed log) until the store answers."""
+    bucket = moto.new_bucket()
+    url = (
+        f"s3://{bucket}/unreachable?endpoint={fault_proxy.endpoint}&region=us-east-1"
+        f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
+        "&max_attempts=1"
+    )
+    config = _config(tmp_path / "wal", url)
+    config.metadata_url = None
+    fault_proxy.inject(Fault(status=503, code="ServiceUnavailable", method="GET"), times=3)
+    broker = MainBroker(config)
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(60):
+            port = await nursery.start(broker.run)
+        tier = broker.objects
+        assert tier is not None and tier.failures >= 3, "the main should have retried"
+        assert tier.last_error is None
+        bootstrap = f"127.0.0.1:{port}"
+        await broker.create_topic(TOPIC, 1, {})
+        await trio.to_thread.run_sync(_produce, bootstrap, 0, 50)
+        got = await trio.to_thread.run_sync(_consume_all, bootstrap, 50)
+        assert got == _expected(50)
+        nursery.cancel_scope.cancel()

@@ -216,7 +216,12 @@ async def test_every_zone_reads_every_record_from_objects_and_wal(tmp_path: Path
             assert proxy.objects.failures == 0
             # Booked as S3 GET traffic from the storage zone to the proxy's zone.
             zone = proxy.config.zone
-            assert f'to_zone="{zone}",channel="s3-get",api="GetObject"' in proxy.registry.render()
+            metrics = proxy.registry.render()
+            assert f'to_zone="{zone}",channel="s3-get",api="GetObject"' in metrics
+            # The cache and read counters an operator watches, as the reader counted them.
+            assert f"zonefleet_s3_block_cache_misses {reader.block_misses}" in metrics
+            assert f"zonefleet_s3_read_gets {reader.gets}" in metrics
+            assert "zonefleet_s3_read_failures 0" in metrics
 
 
 def _fetch(bootstrap: str, topic: str, offsets: dict[int, int]) -> dict[int, Any]:
