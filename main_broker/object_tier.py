@@ -160,12 +160,16 @@ class ObjectTier:
                     pending >= cfg.upload_threshold_bytes
                     or now - self._last_attempt >= cfg.upload_interval_s
                 )
+                uploaded = False
                 if due:
                     self._last_attempt = now
                     try:
                         await self.upload_once()
                         backoff = MIN_BACKOFF_S
-                        continue  # more may be pending past one upload's cap
+                        # More may be pending past one upload's cap; but the sweep, compaction
+                        # and retired-object deletion below get their turn between uploads, or
+                        # constant produce would starve them.
+                        uploaded = True
                     except Exception as exc:  # the WAL keeps the data: log and retry
                         self.failures += 1
                         self.last_error = f"{type(exc).__name__}: {exc}"
@@ -177,8 +181,8 @@ class ObjectTier:
                 if now >= next_sweep:
                     next_sweep = now + cfg.orphan_sweep_interval_s
                     await self.sweep()
-                if await self.compaction.tick(now):
-                    continue  # another job may follow, once uploads had their turn
+                if await self.compaction.tick(now) or uploaded:
+                    continue  # another job or upload may follow at once
                 with trio.move_on_after(min(IDLE_POLL_S, cfg.upload_interval_s)):
                     await arrived.wait()
                 # Let produce fill a bit more before looking again.
