@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -66,14 +67,21 @@ class Controller:
         self.session_timeout_ms = int(session_timeout_s * 1000)
         self.members: Membership | None = None
         self._known_dead: set[tuple[str, int]] = set()
-        registry.gauge(
-            "zonefleet_controller_active", "1 on the main holding the controller lease."
-        ).set_function(lambda: float(self.lease.holding))
-        for state in ("alive", "dead", "stopped"):
-            registry.gauge(
-                f"zonefleet_cluster_nodes_{state}",
-                f"Registered nodes that are {state}, as the controller last saw them.",
-            ).set_function(lambda s=state: self._count(s))  # type: ignore[misc]
+        registry.gauge_functions(
+            {
+                "zonefleet_controller_active": (
+                    "1 on the main holding the controller lease.",
+                    lambda: float(self.lease.holding),
+                ),
+                **{
+                    f"zonefleet_cluster_nodes_{state}": (
+                        f"Registered nodes that are {state}, as the controller last saw them.",
+                        partial(self._count, state),
+                    )
+                    for state in ("alive", "dead", "stopped")
+                },
+            }
+        )
 
     def _count(self, state: str) -> float:
         if self.members is None or not self.lease.holding:

@@ -237,5 +237,4 @@ class Compactor:
                 lambda: len(self.tier.manifests.manifest.retired),
             ),
         }
-        for name, (help_text, fn) in gauges.items():
-            registry.gauge(name, help_text).set_function(lambda fn=fn: float(fn()))  # type: ignore[misc]
+        registry.gauge_functions(gauges)

@@ -271,6 +271,11 @@ def test_controller_sees_every_node_and_a_frozen_main_die(
     ctl = _wait_for(
         lambda: (c := _controller(proc)) and set(c["alive"]) == everyone and c, 30, "all alive"
     )
+    url = f"http://127.0.0.1:{_admin(proc, ctl['node'])}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        metrics = resp.read().decode()
+    assert "zonefleet_controller_active 1" in metrics
+    assert "zonefleet_cluster_nodes_alive 6" in metrics
     victim = 3 if ctl["node"] != 3 else 2
     pid = _node_pid(config, "main-broker", victim)
     os.kill(pid, signal.SIGSTOP)

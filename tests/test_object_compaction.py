@@ -395,7 +395,7 @@ async def test_a_proxy_reads_every_record_after_compaction(bucket_url: str, tmp_
             *(_tier(m).manifests.manifest.keys() for m in mains.values())
         )
         # Each proxy mirrors the swapped manifests (the state stream's rows).
-        with trio.fail_after(10):
+        with trio.fail_after(30):
             for proxy in proxies.values():
                 for node, main in mains.items():
                     while (
