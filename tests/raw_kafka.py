@@ -75,6 +75,42 @@ class RawKafka:
         offset: int = resp.topics[0].partitions[0].offset
         return offset
 
+    def fetch(self, topic: str, offsets: dict[int, int]) -> dict[int, Any]:
+        """Fetch v12 (no wait, 64 KiB a partition) from `offsets` (partition -> fetch offset):
+        the response's partitions by index."""
+        resp = self.request(
+            1,
+            12,
+            {
+                "replica_id": -1,
+                "max_wait": 0,
+                "min_bytes": 1,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {
+                                "partition": p,
+                                "current_leader_epoch": -1,
+                                "fetch_offset": offset,
+                                "last_fetched_epoch": -1,
+                                "log_start_offset": -1,
+                                "partition_max_bytes": 1 << 16,
+                            }
+                            for p, offset in offsets.items()
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+        )
+        return {p.partition_index: p for t in resp.responses for p in t.partitions}
+
     def is_closed(self, timeout: float = 5.0) -> bool:
         """True when the broker closed the connection (EOF or reset) within the timeout."""
         self.sock.settimeout(timeout)

@@ -138,6 +138,18 @@ class S3Server:
         raw_client(self.endpoint).create_bucket(Bucket=bucket)
         return bucket
 
+    def bucket_url(
+        self, prefix: str = "fleet", *, endpoint: str | None = None, **query: Any
+    ) -> str:
+        """An object store URL (zonefleet's s3:// form) on a fresh bucket; `query` adds options
+        such as max_attempts."""
+        extra = "".join(f"&{k}={v}" for k, v in query.items())
+        return (
+            f"s3://{self.new_bucket()}/{prefix}?endpoint={endpoint or self.endpoint}"
+            f"&region=us-east-1&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}"
+            f"&path_style=true{extra}"
+        )
+
     def store(
         self, prefix: str = "", *, endpoint: str | None = None, **options: Any
     ) -> S3ObjectStore:

@@ -15,23 +15,17 @@ from pathlib import Path
 
 import pytest
 import trio
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.manifest import Manifest, manifest_key
 from s3_commit.manifest_store import sweep_orphans
 from s3_commit.object_plan import DATA_PREFIX
-from telemetry.pause_points import PAUSE_ENV
 from tests.s3_servers import SeaweedServer, seaweedfs
 from tests.test_object_crash import (
-    TOPIC,
-    Acks,
-    ProduceUntilStopped,
     _check,
+    _kill_9_at,
     _read_all,
-    _s3_url,
     _status,
-    _wait_stopped,
     _write_toml,
 )
 from tests.zone_fleet import NodeProcess
@@ -64,27 +58,10 @@ def _set_compaction(path: Path, interval_s: float) -> None:
 def test_kill_9_during_compaction_loses_nothing_and_leaks_nothing(
     step: str, seaweedfs: SeaweedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = _s3_url(seaweedfs)
+    url = seaweedfs.bucket_url()
     path, admin, bootstrap = _write_toml(tmp_path / "fleet", url)
     _set_compaction(path, 2.0)
-    monkeypatch.setenv(PAUSE_ENV, step)
-    node = NodeProcess("main-broker", path, 1, admin).start()
-    monkeypatch.delenv(PAUSE_ENV)
-    acks = Acks()
-    producer: ProduceUntilStopped | None = None
-    try:
-        admin_client = AdminClient({"bootstrap.servers": bootstrap})
-        admin_client.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=20)
-        producer = ProduceUntilStopped(bootstrap, acks)
-        producer.start()
-        _wait_stopped(node)
-        node.kill()  # SIGKILL a stopped process: no line after the pause point runs
-    finally:
-        if producer is not None:
-            producer.halt.set()
-            producer.join(30)
-        node.kill()
-    assert producer.unflushed == 0 and len(acks.offsets) > 0
+    node, acks = _kill_9_at(step, path, admin, bootstrap, monkeypatch)
     assert f"test pause at {step}" in node.log_path.read_text()
     manifest, listed = _stored(url)
     stray = listed - manifest.referenced_keys()

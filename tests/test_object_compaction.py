@@ -28,12 +28,13 @@ from s3_commit.manifest import Manifest, manifest_key
 from s3_commit.manifest_store import sweep_orphans
 from s3_commit.object_plan import DATA_PREFIX, ObjectKind, parse_object_key
 from shared_wal import WalConfig
-from tests.s3_servers import ACCESS_KEY, SECRET_KEY, SeaweedServer, free_port, seaweedfs
+from tests.s3_servers import SeaweedServer, seaweedfs
 from tests.zone_fleet import (
     ZoneFleet,
     check_exactly_once_in_order,
     consume_confluent,
     create_topic,
+    object_main_config,
     produce_many_batches,
     write_zones_toml,
 )
@@ -47,11 +48,7 @@ ROUND = 120  # records per produce round; each round becomes one upload, so one 
 
 @pytest.fixture
 def bucket_url(seaweedfs: SeaweedServer) -> Iterator[str]:
-    bucket = seaweedfs.new_bucket()
-    yield (
-        f"s3://{bucket}/fleet?endpoint={seaweedfs.endpoint}&region=us-east-1"
-        f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
-    )
+    yield seaweedfs.bucket_url()
 
 
 def _compaction_settings(b: BrokerConfig, delete_delay_s: float) -> None:
@@ -63,19 +60,14 @@ def _compaction_settings(b: BrokerConfig, delete_delay_s: float) -> None:
 
 
 def _config(wal_dir: Path, url: str, delete_delay_s: float) -> BrokerConfig:
-    config = BrokerConfig(
-        node_id=1,
-        zone="az1",
-        wal_url=f"osfs://{wal_dir}",
-        port=free_port(),
-        metadata_url=url,
-        metadata_poll_s=0.2,
-        object_store_url=url,
+    config = object_main_config(
+        wal_dir,
+        url,
+        # Retention deletes every segment objects hold: early offsets come from objects.
+        WalConfig(segment_bytes=32 * 1024, retention_bytes=1, retention_interval_s=0.1),
         # Uploads by the interval only: one per produce round.
         upload_threshold_bytes=1 << 40,
         upload_interval_s=0.2,
-        # Retention deletes every segment objects hold: early offsets come from objects.
-        wal=WalConfig(segment_bytes=32 * 1024, retention_bytes=1, retention_interval_s=0.1),
     )
     _compaction_settings(config, delete_delay_s)
     return config

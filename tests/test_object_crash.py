@@ -30,7 +30,7 @@ from s3_commit.manifest import Manifest, manifest_key
 from s3_commit.manifest_store import sweep_orphans
 from s3_commit.object_plan import DATA_PREFIX
 from telemetry.pause_points import PAUSE_ENV
-from tests.s3_servers import ACCESS_KEY, SECRET_KEY, SeaweedServer, free_port, seaweedfs
+from tests.s3_servers import SeaweedServer, free_port, seaweedfs
 from tests.zone_fleet import NodeProcess
 
 __all__ = ["seaweedfs"]  # the fixture, imported so pytest finds it
@@ -38,13 +38,6 @@ __all__ = ["seaweedfs"]  # the fixture, imported so pytest finds it
 TOPIC = "crash"
 PAD = b"x" * 200
 STOP_TIMEOUT_S = 40.0  # during_trim waits for the WAL's first retention pass (every 5 s)
-
-
-def _s3_url(server: SeaweedServer) -> str:
-    return (
-        f"s3://{server.new_bucket()}/fleet?endpoint={server.endpoint}&region=us-east-1"
-        f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
-    )
 
 
 def _write_toml(data_dir: Path, url: str) -> tuple[Path, tuple[str, int], str]:
@@ -214,22 +207,15 @@ def _check(records: list[tuple[int, bytes]], acks: Acks) -> None:
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:2]}"
 
 
-def _committed_and_listed(url: str) -> tuple[set[str], set[str]]:
-    store = open_object_store(url)
-    found = store.get(manifest_key(1))
-    committed = Manifest.from_bytes(found[0]).keys() if found is not None else set()
-    return committed, {info.key for info in store.list(DATA_PREFIX)}
-
-
-@pytest.mark.parametrize("step", ["after_upload:3", "after_manifest:3", "during_trim"])
-def test_kill_9_at_a_commit_step_loses_nothing_and_leaks_nothing(
-    step: str, seaweedfs: SeaweedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    url = _s3_url(seaweedfs)
-    path, admin, bootstrap = _write_toml(tmp_path / "fleet", url)
-    monkeypatch.setenv(PAUSE_ENV, step)
+def _kill_9_at(
+    step: str, path: Path, admin: tuple[str, int], bootstrap: str, mp: pytest.MonkeyPatch
+) -> tuple[NodeProcess, Acks]:
+    """Start the main of `path` so that it stops at pause point `step`, produce to a new topic
+    until it has stopped there, and SIGKILL it: the killed node, and what it acknowledged (every
+    record sent was answered, and some were)."""
+    mp.setenv(PAUSE_ENV, step)
     node = NodeProcess("main-broker", path, 1, admin).start()
-    monkeypatch.delenv(PAUSE_ENV)
+    mp.delenv(PAUSE_ENV)
     acks = Acks()
     producer: ProduceUntilStopped | None = None
     try:
@@ -245,6 +231,23 @@ def test_kill_9_at_a_commit_step_loses_nothing_and_leaks_nothing(
             producer.join(30)
         node.kill()
     assert producer.unflushed == 0 and len(acks.offsets) > 0
+    return node, acks
+
+
+def _committed_and_listed(url: str) -> tuple[set[str], set[str]]:
+    store = open_object_store(url)
+    found = store.get(manifest_key(1))
+    committed = Manifest.from_bytes(found[0]).keys() if found is not None else set()
+    return committed, {info.key for info in store.list(DATA_PREFIX)}
+
+
+@pytest.mark.parametrize("step", ["after_upload:3", "after_manifest:3", "during_trim"])
+def test_kill_9_at_a_commit_step_loses_nothing_and_leaks_nothing(
+    step: str, seaweedfs: SeaweedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = seaweedfs.bucket_url()
+    path, admin, bootstrap = _write_toml(tmp_path / "fleet", url)
+    node, acks = _kill_9_at(step, path, admin, bootstrap, monkeypatch)
     log = node.log_path.read_text()
     assert f"test pause at {step.split(':')[0]}" in log
     committed, listed = _committed_and_listed(url)

@@ -4,15 +4,13 @@ every record exactly once from objects and WAL, also after a restart with an emp
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from fleet import cli
 from main_broker.broker import MainBroker
@@ -22,17 +20,15 @@ from s3_commit.manifest import Manifest, manifest_key
 from s3_commit.object_format import check_block, decode_object
 from shared_wal import WalConfig
 from tests.s3_servers import (
-    ACCESS_KEY,
-    SECRET_KEY,
     Fault,
     FaultProxy,
     MotoServer,
     SeaweedServer,
     fault_proxy,
-    free_port,
     moto,
     seaweedfs,
 )
+from tests.zone_fleet import consume_partition, object_main_config
 
 __all__ = ["fault_proxy", "moto", "seaweedfs"]  # fixtures, imported so pytest finds them
 
@@ -42,28 +38,18 @@ VALUE = b"v" * 300
 
 @pytest.fixture(scope="module")
 def bucket_url(seaweedfs: SeaweedServer) -> Iterator[str]:
-    bucket = seaweedfs.new_bucket()
-    yield (
-        f"s3://{bucket}/fleet?endpoint={seaweedfs.endpoint}&region=us-east-1"
-        f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
-    )
+    yield seaweedfs.bucket_url()
 
 
 def _config(wal_dir: Path, url: str, *, uploads: bool = True) -> BrokerConfig:
-    return BrokerConfig(
-        node_id=1,
-        zone="az1",
-        wal_url=f"osfs://{wal_dir}",
-        # A clustered main names itself in metadata by its configured port.
-        port=free_port(),
-        metadata_url=url,
-        metadata_poll_s=0.2,
-        object_store_url=url,
-        upload_threshold_bytes=64 * 1024 if uploads else 1 << 40,
-        upload_interval_s=0.3 if uploads else 3600.0,
+    return object_main_config(
+        wal_dir,
+        url,
         # Small segments and a byte budget that retention would exceed at once: only the
         # retention floor (what objects hold) keeps anything.
-        wal=WalConfig(segment_bytes=96 * 1024, retention_bytes=1, retention_interval_s=0.1),
+        WalConfig(segment_bytes=96 * 1024, retention_bytes=1, retention_interval_s=0.1),
+        upload_threshold_bytes=64 * 1024 if uploads else 1 << 40,
+        upload_interval_s=0.3 if uploads else 3600.0,
     )
 
 
@@ -82,34 +68,6 @@ def _produce(bootstrap: str, start: int, count: int) -> None:
         producer.produce(TOPIC, VALUE + str(i).encode(), on_delivery=delivered)
         producer.poll(0)
     assert producer.flush(20) == 0 and not errors
-
-
-def _consume_all(bootstrap: str, count: int) -> list[tuple[int, bytes]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4()}",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    out: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        msg = consumer.poll(0.2)
-        if msg is None:
-            continue
-        error = msg.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF and len(out) >= count:
-                break
-            continue
-        offset, value = msg.offset(), msg.value()
-        assert offset is not None and value is not None
-        out.append((offset, value))
-    consumer.close()
-    return out
 
 
 def _expected(count: int) -> list[tuple[int, bytes]]:
@@ -151,7 +109,7 @@ async def test_commit_trim_and_read_back_across_restarts(bucket_url: str, tmp_pa
         assert "zonefleet_s3_uploads " in metrics
         # Offsets below the WAL come from objects, the rest from the WAL: each exactly once.
         misses = tier.reader.block_misses
-        got = await trio.to_thread.run_sync(_consume_all, bootstrap, 1500)
+        got = await trio.to_thread.run_sync(consume_partition, bootstrap, TOPIC, 0, 1500)
         assert got == _expected(1500)
         assert tier.reader.block_misses > misses  # the early offsets came from objects
         nursery.cancel_scope.cancel()
@@ -186,7 +144,7 @@ async def test_commit_trim_and_read_back_across_restarts(bucket_url: str, tmp_pa
     broker = MainBroker(_config(tmp_path / "wal", bucket_url))
     async with trio.open_nursery() as nursery:
         port = await nursery.start(broker.run)
-        got = await trio.to_thread.run_sync(_consume_all, f"127.0.0.1:{port}", 1800)
+        got = await trio.to_thread.run_sync(consume_partition, f"127.0.0.1:{port}", TOPIC, 0, 1800)
         assert got == _expected(1800)
         await _wait_uploaded(broker, 1800)
         nursery.cancel_scope.cancel()
@@ -200,7 +158,7 @@ async def test_commit_trim_and_read_back_across_restarts(bucket_url: str, tmp_pa
         plog = broker.store.partition(TOPIC, 0)
         assert plog is not None and (plog.log_start_offset, plog.high_watermark) == (0, 1800)
         await trio.to_thread.run_sync(_produce, bootstrap, 1800, 50)
-        got = await trio.to_thread.run_sync(_consume_all, bootstrap, 1850)
+        got = await trio.to_thread.run_sync(consume_partition, bootstrap, TOPIC, 0, 1850)
         assert got == _expected(1850)
         nursery.cancel_scope.cancel()
 
@@ -229,12 +187,7 @@ def test_fleet_storage_section(tmp_path: Path) -> None:
 async def test_s3_faults_do_not_stop_produce_and_uploads_resume(
     moto: MotoServer, fault_proxy: FaultProxy, tmp_path: Path
 ) -> None:
-    bucket = moto.new_bucket()
-    url = (
-        f"s3://{bucket}/faults?endpoint={fault_proxy.endpoint}&region=us-east-1"
-        f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
-        "&max_attempts=1"
-    )
+    url = moto.bucket_url("faults", endpoint=fault_proxy.endpoint, max_attempts=1)
     config = _config(tmp_path / "wal", url)
     config.metadata_url = None
     broker = MainBroker(config)
@@ -247,7 +200,7 @@ async def test_s3_faults_do_not_stop_produce_and_uploads_resume(
         await _wait_uploaded(broker, 600)
         tier = broker.objects
         assert tier is not None and tier.failures >= 1 and tier.last_error is None
-        got = await trio.to_thread.run_sync(_consume_all, bootstrap, 600)
+        got = await trio.to_thread.run_sync(consume_partition, bootstrap, TOPIC, 0, 600)
         assert got == _expected(600)
         nursery.cancel_scope.cancel()
 
@@ -257,12 +210,7 @@ async def test_a_main_waits_for_an_unreachable_store_then_serves(
 ) -> None:
     """The manifest says what objects hold: until it is read the main does not serve, and it
     keeps trying (no crash, no serving with a guessed log) until the store answers."""
-    bucket = moto.new_bucket()
-    url = (
-        f"s3://{bucket}/unreachable?endpoint={fault_proxy.endpoint}&region=us-east-1"
-        f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
-        "&max_attempts=1"
-    )
+    url = moto.bucket_url("unreachable", endpoint=fault_proxy.endpoint, max_attempts=1)
     config = _config(tmp_path / "wal", url)
     config.metadata_url = None
     fault_proxy.inject(Fault(status=503, code="ServiceUnavailable", method="GET"), times=3)
@@ -276,6 +224,6 @@ async def test_a_main_waits_for_an_unreachable_store_then_serves(
         bootstrap = f"127.0.0.1:{port}"
         await broker.create_topic(TOPIC, 1, {})
         await trio.to_thread.run_sync(_produce, bootstrap, 0, 50)
-        got = await trio.to_thread.run_sync(_consume_all, bootstrap, 50)
+        got = await trio.to_thread.run_sync(consume_partition, bootstrap, TOPIC, 0, 50)
         assert got == _expected(50)
         nursery.cancel_scope.cancel()

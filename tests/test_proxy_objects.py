@@ -227,40 +227,9 @@ async def test_every_zone_reads_every_record_from_objects_and_wal(tmp_path: Path
 def _fetch(bootstrap: str, topic: str, offsets: dict[int, int]) -> dict[int, Any]:
     raw = RawKafka(bootstrap)
     try:
-        resp = raw.request(
-            1,
-            12,
-            {
-                "replica_id": -1,
-                "max_wait": 0,
-                "min_bytes": 1,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": p,
-                                "current_leader_epoch": -1,
-                                "fetch_offset": offset,
-                                "last_fetched_epoch": -1,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": 1 << 16,
-                            }
-                            for p, offset in offsets.items()
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
-        )
+        return raw.fetch(topic, offsets)
     finally:
         raw.close()
-    return {p.partition_index: p for t in resp.responses for p in t.partitions}
 
 
 def _first_offset(part: Any) -> int | None:

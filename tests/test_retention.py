@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -50,8 +50,8 @@ from s3_commit.manifest import (
 from s3_commit.object_plan import sso_key
 from shared_wal import WalConfig, WalPosition
 from tests.raw_kafka import RawKafka
-from tests.s3_servers import ACCESS_KEY, SECRET_KEY, SeaweedServer, free_port, seaweedfs
-from tests.zone_fleet import write_zones_toml, zone_client_id
+from tests.s3_servers import SeaweedServer, seaweedfs
+from tests.zone_fleet import consume_partition, object_main_config, write_zones_toml, zone_client_id
 
 __all__ = ["seaweedfs"]  # the fixture, imported so pytest finds it
 
@@ -223,28 +223,19 @@ VALUE = b"r" * 300
 
 @pytest.fixture(scope="module")
 def bucket_url(seaweedfs: SeaweedServer) -> Iterator[str]:
-    bucket = seaweedfs.new_bucket()
-    yield (
-        f"s3://{bucket}/fleet?endpoint={seaweedfs.endpoint}&region=us-east-1"
-        f"&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}&path_style=true"
-    )
+    yield seaweedfs.bucket_url()
 
 
 def _config(wal_dir: Path, url: str) -> BrokerConfig:
-    return BrokerConfig(
-        node_id=1,
-        zone="az1",
-        wal_url=f"osfs://{wal_dir}",
-        port=free_port(),
-        metadata_url=url,
-        metadata_poll_s=0.2,
-        object_store_url=url,
+    return object_main_config(
+        wal_dir,
+        url,
+        WalConfig(segment_bytes=64 * 1024, retention_bytes=1, retention_interval_s=0.1),
         # The test decides what each upload holds (`upload_once`): never on its own.
         upload_threshold_bytes=1 << 40,
         upload_interval_s=3600.0,
         retention_check_interval_s=0.1,
         retention_delete_delay_s=0.2,
-        wal=WalConfig(segment_bytes=64 * 1024, retention_bytes=1, retention_interval_s=0.1),
     )
 
 
@@ -268,38 +259,6 @@ def _produce(
     assert producer.flush(20) == 0 and not errors
 
 
-def _consume(
-    bootstrap: str, topic: str, expect: int, client_id: str = ""
-) -> list[tuple[int, bytes]]:
-    """From the earliest offset (ListOffsets) to the end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": client_id,
-            "group.id": f"g-{uuid.uuid4()}",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        msg = consumer.poll(0.2)
-        if msg is None:
-            continue
-        error = msg.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF and len(out) >= expect:
-                break
-            continue
-        offset, value = msg.offset(), msg.value()
-        assert offset is not None and value is not None
-        out.append((offset, value))
-    consumer.close()
-    return out
-
-
 def _watermarks(bootstrap: str, topic: str, client_id: str = "") -> tuple[int, int]:
     """ListOffsets earliest and latest."""
     consumer = Consumer(
@@ -319,39 +278,9 @@ def _watermarks(bootstrap: str, topic: str, client_id: str = "") -> tuple[int, i
 def _fetch_error(bootstrap: str, topic: str, offset: int) -> int:
     raw = RawKafka(bootstrap)
     try:
-        resp = raw.request(
-            1,
-            12,
-            {
-                "replica_id": -1,
-                "max_wait": 0,
-                "min_bytes": 1,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": 0,
-                                "current_leader_epoch": -1,
-                                "fetch_offset": offset,
-                                "last_fetched_epoch": -1,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": 1 << 16,
-                            }
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
-        )
+        (part,) = raw.fetch(topic, {0: offset}).values()
     finally:
         raw.close()
-    (part,) = [p for t in resp.responses for p in t.partitions]
     return int(part.error_code)
 
 
@@ -447,7 +376,9 @@ async def test_retention_and_delete_topics_on_seaweedfs(bucket_url: str, tmp_pat
         assert await trio.to_thread.run_sync(_watermarks, bootstrap, "expiring") == (200, 400)
         assert await trio.to_thread.run_sync(_fetch_error, bootstrap, "expiring", 150) == 1
         assert await trio.to_thread.run_sync(_fetch_error, bootstrap, "expiring", 200) == 0
-        got = await trio.to_thread.run_sync(_consume, bootstrap, "expiring", 200)
+        got = await trio.to_thread.run_sync(
+            consume_partition, bootstrap, "expiring", OFFSET_BEGINNING, 200
+        )
         assert got == _expected(200, 400)
 
         # retention.bytes: at least 150000 bytes stay, and dropping one more range would not.
@@ -458,7 +389,9 @@ async def test_retention_and_delete_topics_on_seaweedfs(bucket_url: str, tmp_pat
         assert sum(kept_bytes) >= 150_000 > sum(kept_bytes) - kept_bytes[0]
         low, high = await trio.to_thread.run_sync(_watermarks, bootstrap, "sized")
         assert (low, high) == (stream.start_offset, 800) and low % 200 == 0
-        got = await trio.to_thread.run_sync(_consume, bootstrap, "sized", high - low)
+        got = await trio.to_thread.run_sync(
+            consume_partition, bootstrap, "sized", OFFSET_BEGINNING, high - low
+        )
         assert got == _expected(low, 800)
 
         # DeleteTopics: the deleted topic's stream leaves the manifest; S1 (whose "expiring"
@@ -488,7 +421,9 @@ async def test_retention_and_delete_topics_on_seaweedfs(bucket_url: str, tmp_pat
         assert (expiring.log_start_offset, expiring.high_watermark) == (200, 400)
         assert await trio.to_thread.run_sync(_watermarks, bootstrap, "expiring") == (200, 400)
         assert await trio.to_thread.run_sync(_fetch_error, bootstrap, "expiring", 0) == 1
-        got = await trio.to_thread.run_sync(_consume, bootstrap, "expiring", 200)
+        got = await trio.to_thread.run_sync(
+            consume_partition, bootstrap, "expiring", OFFSET_BEGINNING, 200
+        )
         assert got == _expected(200, 400)
         assert await trio.to_thread.run_sync(_watermarks, bootstrap, "kept") == (0, 0)
         nursery.cancel_scope.cancel()
@@ -536,6 +471,8 @@ async def test_a_proxy_answers_below_the_new_log_start_as_the_main_does(tmp_path
         # is the new start, and a consumer from the beginning reads the kept records once.
         assert await trio.to_thread.run_sync(_fetch_error, bootstrap, topic, 50) == 1
         assert await trio.to_thread.run_sync(_watermarks, bootstrap, topic, client) == (100, 200)
-        got = await trio.to_thread.run_sync(_consume, bootstrap, topic, 100, client)
+        got = await trio.to_thread.run_sync(
+            consume_partition, bootstrap, topic, OFFSET_BEGINNING, 100, client
+        )
         assert got == _expected(100, 200)
         nursery.cancel_scope.cancel()

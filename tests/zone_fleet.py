@@ -36,8 +36,11 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from fleet.config import FleetConfig, load_fleet_config, local_zones_fleet_toml
+from main_broker.config import BrokerConfig
+from shared_wal import WalConfig
 from tests.fleet_process import ZONEFLEET, FleetProcess, free_port_block
 from tests.raw_kafka import RawKafka
+from tests.s3_servers import free_port
 
 ZONES = 3
 # `up --zones N` uses ports up to base+10*N+4; keep a margin.
@@ -220,6 +223,23 @@ class SplitFleet:
 Record = tuple[int, int, bytes]  # partition, offset, value
 
 
+def object_main_config(wal_dir: Path, url: str, wal: WalConfig, **settings: Any) -> BrokerConfig:
+    """Main 1 of zone az1 alone, with its cluster metadata and objects in the store at `url`;
+    `settings` are the test's upload, retention or compaction settings."""
+    return BrokerConfig(
+        node_id=1,
+        zone="az1",
+        wal_url=f"osfs://{wal_dir}",
+        # A clustered main names itself in metadata by its configured port.
+        port=free_port(),
+        metadata_url=url,
+        metadata_poll_s=0.2,
+        object_store_url=url,
+        wal=wal,
+        **settings,
+    )
+
+
 def raw_metadata(raw: RawKafka, topic: str) -> Any:
     """Metadata v9 for one topic on this one connection."""
     return raw.request(
@@ -348,6 +368,39 @@ def consume_confluent(
             out.append(record)
     finally:
         consumer.close()
+    return out
+
+
+def consume_partition(
+    bootstrap: str, topic: str, offset: int, expect: int, client_id: str = ""
+) -> list[tuple[int, bytes]]:
+    """Partition 0 of `topic` from `offset` (OFFSET_BEGINNING: the log start, by ListOffsets)
+    until EOF with at least `expect` records, or 30 s: (offset, value) pairs."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "group.id": f"g-{uuid.uuid4()}",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, offset)])
+    out: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        error = msg.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF and len(out) >= expect:
+                break
+            continue
+        at, value = msg.offset(), msg.value()
+        assert at is not None and value is not None
+        out.append((at, value))
+    consumer.close()
     return out
 
 
