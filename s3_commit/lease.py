@@ -25,6 +25,7 @@ from typing import Any
 import trio
 
 from s3_commit.async_store import AsyncObjectStore
+from s3_commit.json_fields import expect_int
 from s3_commit.object_store import ConditionalPutUnknown, ObjectStoreError, PreconditionFailed
 
 __all__ = ["CONTROLLER_LEASE_KEY", "Lease", "LeaseFormatError", "LeaseKeeper", "next_lease"]
@@ -64,13 +65,8 @@ class Lease:
             raise LeaseFormatError(f"lease is not JSON: {exc}") from None
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise LeaseFormatError("not a format-1 lease object")
-        values: list[int] = []
-        for name in ("holder", "epoch", "acquired_ms", "expires_ms"):
-            value = raw.get(name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise LeaseFormatError(f"{name}: expected an integer, got {value!r}")
-            values.append(value)
-        return cls(*values)
+        fields = ("holder", "epoch", "acquired_ms", "expires_ms")
+        return cls(*(expect_int(raw.get(name), name, LeaseFormatError) for name in fields))
 
 
 def next_lease(current: Lease | None, me: int, at_ms: int, duration_ms: int) -> Lease | None:

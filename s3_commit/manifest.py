@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from s3_commit.json_fields import expect_int
 from s3_commit.object_format import FOOTER_SIZE
 from s3_commit.object_plan import parse_object_key
 
@@ -319,9 +320,7 @@ class Manifest:
 
 
 def _int(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ManifestFormatError(f"{where}: expected an integer, got {value!r}")
-    return value
+    return expect_int(value, where, ManifestFormatError)
 
 
 def _parse_retired(raw: Any) -> dict[str, int]:

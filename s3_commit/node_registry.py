@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from s3_commit.async_store import AsyncObjectStore
+from s3_commit.json_fields import expect_int, expect_str
 from s3_commit.object_store import ConditionalPutUnknown, ObjectStoreError, PreconditionFailed
 
 __all__ = [
@@ -135,17 +136,11 @@ class NodeRegistration:
 
 
 def _int(raw: dict[str, Any], name: str) -> int:
-    value = raw.get(name)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RegistrationFormatError(f"{name}: expected an integer, got {value!r}")
-    return value
+    return expect_int(raw.get(name), name, RegistrationFormatError)
 
 
 def _str(raw: dict[str, Any], name: str) -> str:
-    value = raw.get(name)
-    if not isinstance(value, str):
-        raise RegistrationFormatError(f"{name}: expected a string, got {value!r}")
-    return value
+    return expect_str(raw.get(name), name, RegistrationFormatError)
 
 
 async def read_registrations(store: AsyncObjectStore) -> list[NodeRegistration]:
