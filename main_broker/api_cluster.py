@@ -75,7 +75,7 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
     if requested is None:
         names = sorted(store.topics)
         for topic_name in names:
-            topics_out.append(_topic_metadata(broker, topic_name))
+            topics_out.append(topic_metadata(broker, topic_name))
     else:
         for item in requested:
             name = getattr(item, "name", None)
@@ -98,7 +98,7 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
             if name not in store.topics and allow_auto and topic_name_error(name) is None:
                 await broker.auto_create_topic(name)
             if name in store.topics:
-                topics_out.append(_topic_metadata(broker, name))
+                topics_out.append(topic_metadata(broker, name))
             else:
                 code = (
                     ErrorCode.invalid_topic_exception
@@ -114,7 +114,7 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
     }
 
 
-def _topic_metadata(broker: MainBroker, name: str) -> dict[str, Any]:
+def topic_metadata(broker: MainBroker, name: str) -> dict[str, Any]:
     state = broker.store.topics[name]
     node = broker.config.node_id
     return {

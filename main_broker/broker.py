@@ -28,7 +28,7 @@ from kafka_wire.codec import (
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.rpc import RpcPeer, RpcServer
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
-from main_broker import api_cluster, api_fetch, group_handlers
+from main_broker import api_cluster, api_describe, api_fetch, group_handlers
 from main_broker.accounting import MainTraffic
 from main_broker.api_produce import begin_produce
 from main_broker.cluster_role import ClusterRole, TopicExists
@@ -69,7 +69,11 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 5),
     32: ("DescribeConfigs", 1, 4),
+    35: ("DescribeLogDirs", 1, 4),
     60: ("DescribeCluster", 0, 1),
+    61: ("DescribeProducers", 0, 0),
+    71: ("GetTelemetrySubscriptions", 0, 0),
+    75: ("DescribeTopicPartitions", 0, 0),
 }
 GROUP_APIS = {8, 9, 11, 12, 13, 14, 15, 16}
 
@@ -113,6 +117,10 @@ class MainBroker:
             22: api_cluster.init_producer_id,
             32: api_cluster.describe_configs,
             60: api_cluster.describe_cluster,
+            35: api_describe.describe_log_dirs,
+            61: api_describe.describe_producers,
+            71: api_describe.get_telemetry_subscriptions,
+            75: api_describe.describe_topic_partitions,
         }
         self._auto_create_lock = trio.Lock()
         self.confirms = ConfirmSequencer()

@@ -70,6 +70,9 @@ class ProducerStateTable:
     def __len__(self) -> int:
         return len(self._producers)
 
+    def items(self) -> list[tuple[int, ProducerEntry]]:
+        return list(self._producers.items())
+
     def get(self, producer_id: int) -> ProducerEntry | None:
         return self._producers.get(producer_id)
 

@@ -31,13 +31,17 @@ from zone_router import (
     Topology,
     ZoneMap,
     rewrite_describe_cluster,
+    rewrite_describe_topic_partitions,
     rewrite_find_coordinator,
     rewrite_leader_hints,
     rewrite_metadata,
 )
 
 API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER = 3, 10, 60
-ROUTED_APIS = frozenset({API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER})
+API_DESCRIBE_TOPIC_PARTITIONS = 75
+ROUTED_APIS = frozenset(
+    {API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER, API_DESCRIBE_TOPIC_PARTITIONS}
+)
 RELAY_LISTENER_PREFIX = "relay:"
 K = TypeVar("K", bound=Hashable)
 
@@ -83,6 +87,8 @@ class MainZoneView:
             return rewrite_metadata(data, zone, self.topology).data
         if api_key == API_FIND_COORDINATOR:
             return rewrite_find_coordinator(data, zone, self.topology).data
+        if api_key == API_DESCRIBE_TOPIC_PARTITIONS:
+            return rewrite_describe_topic_partitions(data, zone, self.topology).data
         return rewrite_describe_cluster(data, zone, self.topology).data
 
     def leader_hints(

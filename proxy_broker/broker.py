@@ -63,6 +63,7 @@ from zone_router import (
     Zone,
     ZoneMap,
     rewrite_describe_cluster,
+    rewrite_describe_topic_partitions,
     rewrite_find_coordinator,
     rewrite_leader_hints,
     rewrite_metadata,
@@ -71,8 +72,9 @@ from zone_router import (
 log = logging.getLogger("zonefleet.proxy")
 
 API_PRODUCE, API_FETCH, API_METADATA = 0, 1, 3
-API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER = 10, 60
+API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER, API_DESCRIBE_TOPIC_PARTITIONS = 10, 60, 75
 REWRITTEN = {API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER}
+REWRITTEN |= {API_DESCRIBE_TOPIC_PARTITIONS}
 RELAY_TIMEOUT_S = 60.0  # JoinGroup may legitimately wait for a whole rebalance
 MAX_REMEMBERED_PREPARED = 100_000
 
@@ -400,9 +402,9 @@ class ProxyBroker:
     async def _relay(self, ctx: RequestContext, frame: bytes) -> Sequence[Buffer] | None:
         header = ctx.header
         try:
-            plan = plan_relay(
-                header, frame, sorted(self.mirrors), self._relay_target(), self.owner_of
-            )
+            mains = sorted(self.mirrors)
+            foreign = [m for m in mains if self.topology.zone_of(m) != self.config.zone]
+            plan = plan_relay(header, frame, mains, self._relay_target(), self.owner_of, foreign)
         except MalformedRequest as exc:
             raise CloseConnection(f"malformed api {header.api_key} request: {exc}") from None
         responses: list[bytes | None] = [None] * len(plan.calls)
@@ -449,6 +451,8 @@ class ProxyBroker:
             out = rewrite_metadata(data, zone, self.topology).data
         elif key == API_FIND_COORDINATOR:
             out = rewrite_find_coordinator(data, zone, self.topology).data
+        elif key == API_DESCRIBE_TOPIC_PARTITIONS:
+            out = rewrite_describe_topic_partitions(data, zone, self.topology).data
         else:
             out = rewrite_describe_cluster(data, zone, self.topology).data
         return encode_response(header, build_response(key, version, out))

@@ -28,6 +28,7 @@ API_LIST_OFFSETS = 2
 API_OFFSET_COMMIT, API_OFFSET_FETCH = 8, 9
 API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP, API_SYNC_GROUP = 11, 12, 13, 14
 API_DESCRIBE_GROUPS, API_LIST_GROUPS = 15, 16
+API_DESCRIBE_LOG_DIRS, API_DESCRIBE_PRODUCERS = 35, 61
 SINGLE_GROUP_APIS = {API_OFFSET_COMMIT, API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP}
 SINGLE_GROUP_APIS |= {API_SYNC_GROUP}
 
@@ -48,7 +49,10 @@ def plan_relay(
     mains: Sequence[int],
     default: int,
     leader_of: Callable[[str, int], int | None],
+    foreign_mains: Sequence[int] = (),
 ) -> RelayPlan:
+    """`foreign_mains`: the mains in other zones, whose partitions this proxy poses as the
+    leader of (a main in the proxy's zone shows its own partitions to the zone's clients)."""
     key = header.api_key
     if key in SINGLE_GROUP_APIS:
         group = getattr(decode_request(header, frame), "group_id", "")
@@ -68,6 +72,12 @@ def plan_relay(
         return RelayPlan([(m, frame) for m in mains], _merge_lists(header, "groups"))
     if key == API_LIST_OFFSETS:
         return _split_by_leader(header, decode_request(header, frame), default, leader_of)
+    if key == API_DESCRIBE_PRODUCERS:
+        request = decode_request(header, frame)
+        return _split_by_leader(header, request, default, leader_of, "partition_indexes")
+    if key == API_DESCRIBE_LOG_DIRS:  # each main reports the partitions it leads
+        asked = foreign_mains or mains
+        return RelayPlan([(m, frame) for m in asked], _merge_lists(header, "results"))
     return RelayPlan([(default, frame)])
 
 
@@ -93,16 +103,19 @@ def _split_by_leader(
     request: Any,
     default: int,
     leader_of: Callable[[str, int], int | None],
+    partitions_field: str = "partitions",
 ) -> RelayPlan:
+    """Partitions are dicts with a partition_index, or bare indexes (DescribeProducers)."""
     data = entity_to_data(request)
     by_main: dict[int, list[dict[str, Any]]] = {}
     for topic in data["topics"]:
-        per_main: dict[int, list[dict[str, Any]]] = {}
-        for part in topic["partitions"]:
-            leader = leader_of(topic["name"], part["partition_index"])
+        per_main: dict[int, list[Any]] = {}
+        for part in topic[partitions_field]:
+            index = part if isinstance(part, int) else part["partition_index"]
+            leader = leader_of(topic["name"], index)
             per_main.setdefault(default if leader is None else leader, []).append(part)
         for main, parts in per_main.items():
-            by_main.setdefault(main, []).append({**topic, "partitions": parts})
+            by_main.setdefault(main, []).append({**topic, partitions_field: parts})
     if len(by_main) <= 1:
         target = next(iter(by_main), default)
         return RelayPlan([(target, _frame(header, request))])

@@ -141,12 +141,28 @@ def rewrite_metadata(
     without it, the response's own ``leader_id`` is taken as the owner.
     """
     view = client_view(client_zone, topology)
-    proxy_ids = [p.node_id for p in topology.live_proxies]
-    topics = []
-    for topic in data.get("topics", ()):
+    topics = _rewrite_topics(view, data.get("topics", ()), partition_owner)
+    out = {**data, "brokers": _broker_dicts(view, data.get("brokers", ()), "node_id")}
+    if "topics" in data:
+        out["topics"] = topics
+    if "controller_id" in data:
+        out["controller_id"] = view.controller_for(data["controller_id"])
+    return RewriteResult(out, view.fallback_cross_zone, view.mode)
+
+
+def _rewrite_topics(
+    view: ClientView,
+    topics: Iterable[Mapping[str, Any]],
+    partition_owner: Callable[[str, int], int] | None = None,
+) -> list[Mapping[str, Any]]:
+    """Each partition's leader, replicas, isr and offline replicas as the client's zone sees
+    them (Metadata and DescribeTopicPartitions list partitions alike)."""
+    proxy_ids = [p.node_id for p in view.topology.live_proxies]
+    out: list[Mapping[str, Any]] = []
+    for topic in topics:
         partitions = topic.get("partitions")
         if not partitions:
-            topics.append(topic)
+            out.append(topic)
             continue
         name = topic.get("name")
         rewritten = []
@@ -158,21 +174,30 @@ def rewrite_metadata(
             replicas = [leader] if leader >= 0 else []
             if view.mode == "unknown" and leader >= 0:
                 replicas += [p for p in proxy_ids if p != leader]
-            rewritten.append(
-                {
-                    **part,
-                    "leader_id": leader,
-                    "replica_nodes": replicas,
-                    "isr_nodes": [leader] if leader >= 0 else [],
-                    "offline_replicas": [],
-                }
-            )
-        topics.append({**topic, "partitions": rewritten})
-    out = {**data, "brokers": _broker_dicts(view, data.get("brokers", ()), "node_id")}
-    if "topics" in data:
-        out["topics"] = topics
-    if "controller_id" in data:
-        out["controller_id"] = view.controller_for(data["controller_id"])
+            entry = {
+                **part,
+                "leader_id": leader,
+                "replica_nodes": replicas,
+                "isr_nodes": [leader] if leader >= 0 else [],
+                "offline_replicas": [],
+            }
+            if "eligible_leader_replicas" in part:
+                entry["eligible_leader_replicas"] = []
+                entry["last_known_elr"] = []
+            rewritten.append(entry)
+        out.append({**topic, "partitions": rewritten})
+    return out
+
+
+def rewrite_describe_topic_partitions(
+    data: Mapping[str, Any],
+    client_zone: str | None,
+    topology: Topology,
+    partition_owner: Callable[[str, int], int] | None = None,
+) -> RewriteResult:
+    """Rewrites a DescribeTopicPartitions response (KIP-966) like Metadata's topics."""
+    view = client_view(client_zone, topology)
+    out = {**data, "topics": _rewrite_topics(view, data.get("topics", ()), partition_owner)}
     return RewriteResult(out, view.fallback_cross_zone, view.mode)
 
 
