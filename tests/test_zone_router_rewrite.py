@@ -18,6 +18,7 @@ from zone_router import (
     client_view,
     preferred_read_replica,
     rewrite_describe_cluster,
+    rewrite_describe_topic_partitions,
     rewrite_find_coordinator,
     rewrite_leader_hints,
     rewrite_metadata,
@@ -374,3 +375,21 @@ def test_rewritten_cluster_and_coordinator_responses_encode_through_kio() -> Non
     old = {"error_code": 0, "error_message": None, "node_id": 3, "host": "stale", "port": 1}
     fc3 = _round_trip(10, 3, rewrite_find_coordinator(old, C, topology()).data)
     assert (fc3.node_id, fc3.host, fc3.port) == (3, "m3.c", 9003)
+
+
+def test_describe_topic_partitions_is_rewritten_like_metadata_topics() -> None:
+    original = metadata()
+    for topic in original["topics"]:
+        for part in topic["partitions"]:
+            part["eligible_leader_replicas"] = [part["leader_id"], 7]
+            part["last_known_elr"] = [8]
+    data = {"throttle_time": 0, "topics": original["topics"], "next_cursor": None}
+    before = copy.deepcopy(data)
+    result = rewrite_describe_topic_partitions(data, A, topology())
+    assert data == before
+    assert partitions(result.data) == partitions(rewrite_metadata(metadata(), A, topology()).data)
+    for part in result.data["topics"][0]["partitions"]:
+        assert part["eligible_leader_replicas"] == [] and part["last_known_elr"] == []
+    assert result.data["topics"][1] == before["topics"][1]
+    entity = _round_trip(75, 0, result.data)
+    assert [p.leader_id for p in entity.topics[0].partitions] == [1, 101, 101, 4]

@@ -1,0 +1,84 @@
+"""Where a proxy relays admin requests: split by partition leader, or asked of several mains
+and merged (proxy_broker.relay_plan)."""
+
+from __future__ import annotations
+
+from kafka_wire.codec import (
+    build_request,
+    build_response,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    parse_request_header,
+)
+from proxy_broker.relay_plan import plan_relay
+
+LEADERS = {("t", 0): 1, ("t", 1): 2, ("t", 2): 3, ("u", 0): 2}
+
+
+def _frame(api_key: int, version: int, data: dict[str, object]) -> bytes:
+    return encode_request(api_key, version, 5, "c", build_request(api_key, version, data))
+
+
+def test_describe_producers_is_split_by_leader_and_merged() -> None:
+    frame = _frame(61, 0, {"topics": [{"name": "t", "partition_indexes": [0, 1, 2]},
+                                      {"name": "u", "partition_indexes": [0]}]})  # fmt: skip
+    header = parse_request_header(frame)
+    plan = plan_relay(header, frame, [1, 2, 3], 1, lambda t, p: LEADERS.get((t, p)))
+    asked = {}
+    for main, sub in plan.calls:
+        request = decode_request(parse_request_header(sub), bytearray(sub))
+        asked[main] = {(t.name, p) for t in request.topics for p in t.partition_indexes}
+    assert asked == {1: {("t", 0)}, 2: {("t", 1), ("u", 0)}, 3: {("t", 2)}}
+    assert plan.merge is not None
+    answers = []
+    for main, parts in sorted(asked.items()):
+        topics: dict[str, list[dict[str, object]]] = {}
+        for name, index in sorted(parts):
+            producers = [{"producer_id": main}]
+            part = {"partition_index": index, "error_code": 0, "active_producers": producers}
+            topics.setdefault(name, []).append(part)
+        data = {"topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+        answers.append(encode_response(header, build_response(61, 0, data)))
+    _, merged = decode_response(61, 0, plan.merge(answers))
+    got = {
+        (t.name, p.partition_index): p.active_producers[0].producer_id
+        for t in merged.topics
+        for p in t.partitions
+    }
+    assert got == {k: v for k, v in LEADERS.items()}
+
+
+def test_describe_log_dirs_asks_the_other_zones_mains() -> None:
+    frame = _frame(35, 4, {"topics": None})
+    header = parse_request_header(frame)
+    plan = plan_relay(header, frame, [1, 2, 3], 1, lambda t, p: None, foreign_mains=[2, 3])
+    assert [main for main, _ in plan.calls] == [2, 3]
+    alone = plan_relay(header, frame, [1, 2, 3], 1, lambda t, p: None)
+    assert [main for main, _ in alone.calls] == [1, 2, 3]
+    assert plan.merge is not None
+    answers = [
+        encode_response(
+            header,
+            build_response(
+                35,
+                4,
+                {
+                    "error_code": 0,
+                    "results": [
+                        {
+                            "error_code": 0,
+                            "log_dir": f"wal/main-{m}",
+                            "topics": [],
+                            "total_bytes": -1,
+                            "usable_bytes": -1,
+                        }
+                    ],
+                },
+            ),
+        )
+        for m in (2, 3)
+    ]
+    _, merged = decode_response(35, 4, plan.merge(answers))
+    assert [r.log_dir for r in merged.results] == ["wal/main-2", "wal/main-3"]
