@@ -23,6 +23,7 @@ log = logging.getLogger("zonefleet.main_broker.fetch")
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # KIP-405, ListOffsets v8+: the first offset the WAL (the "local log") holds
 
 
 class _BrokerFetchSource:
@@ -114,6 +115,8 @@ async def list_offsets(broker: MainBroker, ctx: RequestContext, req: Any) -> dic
                     out["offset"] = plog.log_start_offset
                 elif ts == LATEST:
                     out["offset"] = plog.high_watermark
+                elif ts == EARLIEST_LOCAL and ctx.header.api_version >= 8:
+                    out["offset"] = max(plog.wal_start_offset, plog.log_start_offset)
                 elif ts == MAX_TIMESTAMP:
                     entry = plog.max_timestamp_entry()
                     if entry is not None:

@@ -347,6 +347,26 @@ def test_confluent_offsets_for_times_and_offset_specs(
     assert (got["at"].offset, got["at"].timestamp) == (3, T0 + 3 * STEP_MS)
 
 
+def test_earliest_local_offset_is_the_wal_start(zone_fleet: ZoneFleet, timed_topic: str) -> None:
+    raw = _raw(zone_fleet, "az3")
+    try:
+        answers = {}
+        for spec in (-2, -4):
+            part = {"partition_index": 0, "timestamp": spec, "current_leader_epoch": -1}
+            request = {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [{"name": timed_topic, "partitions": [part]}],
+            }
+            (answer,) = raw.request(2, 8, request).topics[0].partitions
+            assert answer.error_code == 0
+            answers[spec] = answer.offset
+    finally:
+        raw.close()
+    # The WAL trims whole segments only, and these records sit in its first, open segment.
+    assert answers == {-2: 0, -4: 0}
+
+
 def test_kafka_python_offsets_for_times_and_seeking(
     zone_fleet: ZoneFleet, timed_topic: str
 ) -> None:
