@@ -5,7 +5,9 @@ DescribeProducers, GetTelemetrySubscriptions, ListOffsets variants, "nothing han
 from __future__ import annotations
 
 import asyncio
+import shutil
 import struct
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -40,6 +42,7 @@ PARTITIONS = 6
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUEST = 42
 UNSUPPORTED_VERSION = 35
+KCAT = shutil.which("kcat")
 
 
 @pytest.fixture(scope="module")
@@ -345,6 +348,23 @@ def test_confluent_offsets_for_times_and_offset_specs(
     assert got["max"].offset == N_TIMED - 1
     assert got["max"].timestamp == T0 + (N_TIMED - 1) * STEP_MS
     assert (got["at"].offset, got["at"].timestamp) == (3, T0 + 3 * STEP_MS)
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make test installs it)")
+def test_kcat_queries_offsets_by_timestamp_through_a_proxy(
+    zone_fleet: ZoneFleet, timed_topic: str
+) -> None:
+    assert KCAT is not None
+    answers = {}
+    for ts in (T0 + 4 * STEP_MS, T0 + 4 * STEP_MS + 1, -2, -1):
+        done = subprocess.run(
+            [KCAT, "-b", zone_fleet.bootstrap("az1"), "-X", "client.id=zone=az1", "-Q", "-t",
+             f"{timed_topic}:0:{ts}"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        answers[ts] = int(done.stdout.split("offset")[1].split()[0])
+    assert answers == {T0 + 4 * STEP_MS: 4, T0 + 4 * STEP_MS + 1: 5, -2: 0, -1: N_TIMED}
 
 
 def test_earliest_local_offset_is_the_wal_start(zone_fleet: ZoneFleet, timed_topic: str) -> None:
