@@ -89,7 +89,7 @@ from typing import Any
 from fleet.zone_discovery import DEFAULT_IMDS_URL, discover_zone_blocking
 from kafka_wire.rpc_auth import MIN_SECRET_BYTES
 from main_broker.config import BrokerConfig, MainPeer
-from main_broker.group_coordinator import GroupConfig
+from main_broker.group_config import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs
 from proxy_broker.config import MainEndpoint, ProxyConfig, ProxyEndpoint
 from shared_wal import WalConfig

@@ -34,7 +34,9 @@ from main_broker.api_produce import begin_produce
 from main_broker.cluster_role import ClusterRole, TopicExists
 from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
+from main_broker.consumer_coordinator import ConsumerCoordinator
 from main_broker.group_coordinator import GroupCoordinator
+from main_broker.group_wiring import consumer_groups
 from main_broker.log_store import LogStore
 from main_broker.object_retention import ObjectRetention
 from main_broker.object_tier import ObjectTier
@@ -71,7 +73,11 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     32: ("DescribeConfigs", 1, 4),
     35: ("DescribeLogDirs", 1, 4),
     60: ("DescribeCluster", 0, 1),
+    42: ("DeleteGroups", 0, 2),
+    47: ("OffsetDelete", 0, 0),
     61: ("DescribeProducers", 0, 0),
+    68: ("ConsumerGroupHeartbeat", 0, 1),
+    69: ("ConsumerGroupDescribe", 0, 1),
     71: ("GetTelemetrySubscriptions", 0, 0),
     75: ("DescribeTopicPartitions", 0, 0),
 }
@@ -131,6 +137,7 @@ class MainBroker:
         self.store: LogStore
         self.objects: ObjectTier | None = None
         self.retention: ObjectRetention | None = None
+        self.consumer_groups: ConsumerCoordinator  # KIP-848 groups
         self.coordinator: GroupCoordinator
         self.commit_nursery: trio.Nursery
 
@@ -150,6 +157,7 @@ class MainBroker:
         store_ref.append(store)
         self.coordinator = GroupCoordinator(cfg.groups, _OffsetStore(store))
         store.load_offsets = self.coordinator.load_offsets
+        self.consumer_groups = consumer_groups(cfg.groups, self.coordinator, store)
         store.delete_topic_offsets = self.coordinator.delete_topic_offsets
         store.snapshot_offsets = self._snapshot_offsets
         if cfg.object_store_url is not None:
@@ -185,8 +193,10 @@ class MainBroker:
                     self.cluster = ClusterRole(self)
                     await self.cluster.start()
                     self.coordinator.owns = self.cluster.owns_group
+                    self.consumer_groups.owns = self.cluster.owns_group
                     nursery.start_soon(self.cluster.run)
                 await nursery.start(self.coordinator.run)
+                await nursery.start(self.consumer_groups.run)
                 if self.objects is not None:
                     nursery.start_soon(self.objects.run)
                 if self.retention is not None:
@@ -415,7 +425,7 @@ class MainBroker:
             return await api_fetch.fetch(self, ctx, request)
         if key == API_VERSIONS:
             data: dict[str, Any] = self._api_versions_body()
-        elif key in GROUP_APIS:
+        elif key in group_handlers.GROUP_API_KEYS:
             data = await group_handlers.handle(
                 key,
                 header.api_version,
@@ -423,6 +433,7 @@ class MainBroker:
                 self.coordinator,
                 header.client_id or "",
                 ctx.conn.peer_host,
+                self.consumer_groups,
             )
         else:
             data = await self._handlers[key](self, ctx, request)
@@ -489,6 +500,11 @@ class _OffsetStore:
         self, group_id: str, offsets: list[tuple[str, int, int, int, str]]
     ) -> None:
         await self._store.persist_offsets(group_id, offsets)
+
+    async def persist_offsets_delete(
+        self, group_id: str, partitions: list[tuple[str, int]] | None
+    ) -> None:
+        await self._store.persist_offsets_delete(group_id, partitions)
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         return self._store.partition(topic, partition) is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from main_broker.group_coordinator import GroupConfig
+from main_broker.group_config import GroupConfig
 from shared_wal import WalConfig
 from telemetry import REGIONAL_ZONE
 from zone_router import Node

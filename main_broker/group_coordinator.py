@@ -3,23 +3,43 @@ timers, and the OffsetCommit/OffsetFetch entry points (offsets live in an ``Offs
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from kio.schema.errors import ErrorCode
 
+from main_broker.classic_group import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    FENCED_INSTANCE_ID,
+    GROUP_AUTHORIZED_OPERATIONS,
+    GROUP_MAX_SIZE_REACHED,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT,
+    MEMBER_ID_REQUIRED,
+    NONE,
+    NOT_COORDINATOR,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    ClassicGroup,
+    ClassicMember,
+    GroupState,
+    Reply,
+    join_response,
+    sync_response,
+)
+from main_broker.group_config import GroupConfig
 from main_broker.group_offsets import (
     CommittedOffset,
     OffsetCommitTuple,
     OffsetStore,
     OffsetTable,
     OffsetTuple,
+    commit_response,
 )
 
 __all__ = [
@@ -33,165 +53,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-NONE = int(ErrorCode.none)
-ILLEGAL_GENERATION = int(ErrorCode.illegal_generation)
-INCONSISTENT_GROUP_PROTOCOL = int(ErrorCode.inconsistent_group_protocol)
-INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
-UNKNOWN_MEMBER_ID = int(ErrorCode.unknown_member_id)
-INVALID_SESSION_TIMEOUT = int(ErrorCode.invalid_session_timeout)
-REBALANCE_IN_PROGRESS = int(ErrorCode.rebalance_in_progress)
-MEMBER_ID_REQUIRED = int(ErrorCode.member_id_required)
-GROUP_MAX_SIZE_REACHED = int(ErrorCode.group_max_size_reached)
-FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
-NOT_COORDINATOR = int(ErrorCode.not_coordinator)
-
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-# READ (3), DELETE (6) and DESCRIBE (8): everything a group supports; there are no ACLs here.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-
-
-@dataclass
-class GroupConfig:
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1_800_000
-    group_initial_rebalance_delay_ms: int = 300
-    group_max_size: int = 2**31 - 1
-    offset_metadata_max_bytes: int = 4096
-    # A member that joined but never completed a rebalance is dropped after this (Kafka: 5 min).
-    new_member_join_timeout_ms: int = 300_000
-    # An Empty group without offsets is forgotten after this.
-    empty_group_retention_ms: int = 600_000
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-class _Reply:
-    """A response that a pending JoinGroup/SyncGroup call waits for."""
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.value: dict[str, Any] = {}
-
-    def send(self, value: dict[str, Any]) -> None:
-        if not self.event.is_set():
-            self.value = value
-            self.event.set()
-
-    async def wait(self) -> dict[str, Any]:
-        await self.event.wait()
-        return self.value
-
-
-@dataclass(eq=False)
-class _Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    session_deadline: float
-    is_new: bool = True
-    assignment: bytes = b""
-    join_reply: _Reply | None = None
-    sync_reply: _Reply | None = None
-
-    def metadata_for(self, protocol: str | None) -> bytes:
-        return next((m for n, m in self.protocols if n == protocol), b"")
-
-
-@dataclass(eq=False)
-class _Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, _Member] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    pending_members: dict[str, float] = field(default_factory=dict)  # member id -> expiry
-    pending_sync: set[str] = field(default_factory=set)
-    join_deadline: float | None = None
-    in_initial_delay: bool = False
-    initial_remaining_s: float = 0.0
-    new_member_added: bool = False
-    sync_deadline: float | None = None
-    empty_deadline: float | None = None
-
-    def rebalance_timeout_s(self) -> float:
-        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0) / 1000
-
-    def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]], me: str) -> bool:
-        if not protocol_type or not protocols:
-            return False
-        others = [m for m in self.members.values() if m.member_id != me]
-        if not others:
-            return True
-        if protocol_type != self.protocol_type:
-            return False
-        return any(all(any(n == p for n, _ in m.protocols) for m in others) for p, _ in protocols)
-
-    def select_protocol(self) -> str:
-        members = list(self.members.values())
-        candidates = {n for n, _ in members[0].protocols}
-        for m in members[1:]:
-            candidates &= {n for n, _ in m.protocols}
-        votes: dict[str, int] = {}
-        for m in members:
-            vote = next((n for n, _ in m.protocols if n in candidates), m.protocols[0][0])
-            votes[vote] = votes.get(vote, 0) + 1
-        # Ties go to the protocol voted for first (dict order), i.e. the earliest member's choice.
-        return max(votes, key=lambda n: votes[n])
-
-    def member_list(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "metadata": m.metadata_for(self.protocol_name),
-            }
-            for m in self.members.values()
-        ]
-
-
-def _join_response(
-    error: int,
-    member_id: str,
-    group: _Group | None = None,
-    members: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    ok = group is not None and error == NONE
-    return {
-        "error_code": error,
-        "generation_id": group.generation if ok and group else -1,
-        "protocol_type": group.protocol_type if ok and group else None,
-        "protocol_name": group.protocol_name if ok and group else None,
-        "leader": (group.leader_id or "") if ok and group else "",
-        "skip_assignment": False,
-        "member_id": member_id,
-        "members": members or [],
-    }
-
-
-def _sync_response(
-    error: int, group: _Group | None = None, assignment: bytes = b""
-) -> dict[str, Any]:
-    return {
-        "error_code": error,
-        "protocol_type": group.protocol_type if group and error == NONE else None,
-        "protocol_name": group.protocol_name if group and error == NONE else None,
-        "assignment": assignment,
-    }
-
 
 class GroupCoordinator:
     """Classic group protocol for every group this broker coordinates."""
@@ -199,12 +60,14 @@ class GroupCoordinator:
     def __init__(self, config: GroupConfig, store: OffsetStore) -> None:
         self.config = config
         self.store = store
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[str, ClassicGroup] = {}
         self._wakeup = trio.Event()
         self._next_wake = -math.inf  # until run() starts, nobody needs waking
-        self._offsets = OffsetTable(store)
+        self.offsets = OffsetTable(store)
         # With several main brokers each group has one coordinator; the others refuse it.
         self.owns: Callable[[str], bool] = lambda group_id: True
+        # A KIP-848 consumer group with members holds the id (main_broker.consumer_coordinator).
+        self.consumer_in_use: Callable[[str], bool] = lambda group_id: False
 
     # ----------------------------------------------------------------- timers
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -262,13 +125,13 @@ class GroupCoordinator:
                 g.empty_deadline = None
                 if (
                     g.state is GroupState.EMPTY
-                    and not self._offsets.has_offsets(g.group_id)
+                    and not self.offsets.has_offsets(g.group_id)
                     and not g.pending_members
                 ):
                     g.state = GroupState.DEAD
                     del self._groups[g.group_id]
 
-    def _on_join_timer(self, g: _Group, now: float) -> None:
+    def _on_join_timer(self, g: ClassicGroup, now: float) -> None:
         g.join_deadline = None
         if g.in_initial_delay and g.new_member_added and g.initial_remaining_s > 0:
             # New members keep arriving: wait another initial delay, within the rebalance timeout.
@@ -280,17 +143,17 @@ class GroupCoordinator:
         self._complete_join(g)
 
     # ------------------------------------------------------------- rebalance
-    def _set_empty(self, g: _Group) -> None:
+    def _set_empty(self, g: ClassicGroup) -> None:
         g.state = GroupState.EMPTY
         g.empty_deadline = trio.current_time() + self.config.empty_group_retention_ms / 1000
         self._arm(g.empty_deadline)
 
-    def _prepare_rebalance(self, g: _Group) -> None:
+    def _prepare_rebalance(self, g: ClassicGroup) -> None:
         if g.state is GroupState.COMPLETING_REBALANCE:
             for m in g.members.values():
                 m.assignment = b""
                 if m.sync_reply is not None:
-                    m.sync_reply.send(_sync_response(REBALANCE_IN_PROGRESS))
+                    m.sync_reply.send(sync_response(REBALANCE_IN_PROGRESS))
                     m.sync_reply = None
         g.pending_sync.clear()
         g.sync_deadline = None
@@ -309,12 +172,12 @@ class GroupCoordinator:
         g.state = GroupState.PREPARING_REBALANCE
         self._arm(g.join_deadline)
 
-    def _maybe_prepare_rebalance(self, g: _Group) -> None:
+    def _maybe_prepare_rebalance(self, g: ClassicGroup) -> None:
         if g.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(g)
         self._maybe_complete_join(g)
 
-    def _maybe_complete_join(self, g: _Group) -> None:
+    def _maybe_complete_join(self, g: ClassicGroup) -> None:
         if (
             g.state is GroupState.PREPARING_REBALANCE
             and not g.in_initial_delay
@@ -323,7 +186,7 @@ class GroupCoordinator:
         ):
             self._complete_join(g)
 
-    def _complete_join(self, g: _Group) -> None:
+    def _complete_join(self, g: ClassicGroup) -> None:
         g.join_deadline = None
         g.in_initial_delay = False
         for m in list(g.members.values()):
@@ -348,7 +211,7 @@ class GroupCoordinator:
         for m in g.members.values():
             if m.join_reply is not None:
                 members = g.member_list() if m.member_id == g.leader_id else []
-                m.join_reply.send(_join_response(NONE, m.member_id, g, members))
+                m.join_reply.send(join_response(NONE, m.member_id, g, members))
                 m.join_reply = None
             m.is_new = False
             m.session_deadline = now + m.session_timeout_ms / 1000
@@ -356,7 +219,7 @@ class GroupCoordinator:
         g.sync_deadline = now + g.rebalance_timeout_s()
         self._arm(g.sync_deadline)
 
-    def _remove_member(self, g: _Group, m: _Member) -> None:
+    def _remove_member(self, g: ClassicGroup, m: ClassicMember) -> None:
         del g.members[m.member_id]
         if (
             m.group_instance_id is not None
@@ -368,13 +231,13 @@ class GroupCoordinator:
             g.leader_id = next(iter(g.members), None)
 
     def _remove_member_and_update(
-        self, g: _Group, m: _Member, error: int = UNKNOWN_MEMBER_ID
+        self, g: ClassicGroup, m: ClassicMember, error: int = UNKNOWN_MEMBER_ID
     ) -> None:
         if m.join_reply is not None:
-            m.join_reply.send(_join_response(error, m.member_id))
+            m.join_reply.send(join_response(error, m.member_id))
             m.join_reply = None
         if m.sync_reply is not None:
-            m.sync_reply.send(_sync_response(error))
+            m.sync_reply.send(sync_response(error))
             m.sync_reply = None
         self._remove_member(g, m)
         if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
@@ -383,7 +246,11 @@ class GroupCoordinator:
             self._maybe_complete_join(g)
 
     def _validate_member(
-        self, g: _Group, member_id: str, instance_id: str | None, generation: int | None = None
+        self,
+        g: ClassicGroup,
+        member_id: str,
+        instance_id: str | None,
+        generation: int | None = None,
     ) -> int:
         if instance_id is not None and g.static_members.get(instance_id, member_id) != member_id:
             return FENCED_INSTANCE_ID
@@ -393,7 +260,7 @@ class GroupCoordinator:
             return ILLEGAL_GENERATION
         return NONE
 
-    def _heartbeat(self, m: _Member) -> None:
+    def _heartbeat(self, m: ClassicMember) -> None:
         m.session_deadline = trio.current_time() + m.session_timeout_ms / 1000
 
     # ------------------------------------------------------------- JoinGroup
@@ -415,26 +282,28 @@ class GroupCoordinator:
         """JoinGroup; returns the response dict once the rebalance completes (or at once)."""
         cfg = self.config
         if not group_id:
-            return _join_response(INVALID_GROUP_ID, member_id)
+            return join_response(INVALID_GROUP_ID, member_id)
         if not self.owns(group_id):
-            return _join_response(NOT_COORDINATOR, member_id)
+            return join_response(NOT_COORDINATOR, member_id)
         if (
             not cfg.group_min_session_timeout_ms
             <= session_timeout_ms
             <= cfg.group_max_session_timeout_ms
         ):
-            return _join_response(INVALID_SESSION_TIMEOUT, member_id)
+            return join_response(INVALID_SESSION_TIMEOUT, member_id)
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
+        if self.consumer_in_use(group_id):
+            return join_response(INCONSISTENT_GROUP_PROTOCOL, member_id)
         g = self._groups.get(group_id)
         if g is None:
             if member_id:
-                return _join_response(UNKNOWN_MEMBER_ID, member_id)
-            g = self._groups[group_id] = _Group(group_id)
+                return join_response(UNKNOWN_MEMBER_ID, member_id)
+            g = self._groups[group_id] = ClassicGroup(group_id)
             self._set_empty(g)
         if reason:
             log.debug("group %s: join by %r: %s", group_id, member_id, reason)
-        spec = _Member(
+        spec = ClassicMember(
             member_id=member_id,
             group_instance_id=group_instance_id,
             client_id=client_id,
@@ -454,58 +323,58 @@ class GroupCoordinator:
         return result if isinstance(result, dict) else await result.wait()
 
     def _join_new_member(
-        self, g: _Group, spec: _Member, require_known: bool
-    ) -> dict[str, Any] | _Reply:
+        self, g: ClassicGroup, spec: ClassicMember, require_known: bool
+    ) -> dict[str, Any] | Reply:
         instance = spec.group_instance_id
         old_id = g.static_members.get(instance) if instance is not None else None
         # A restarted static member is checked against the others, not against its old self.
         if not g.supports(spec.protocol_type, spec.protocols, old_id or ""):
-            return _join_response(INCONSISTENT_GROUP_PROTOCOL, "")
+            return join_response(INCONSISTENT_GROUP_PROTOCOL, "")
         spec.member_id = f"{spec.client_id}-{uuid.uuid4()}"
         if old_id is not None:
             return self._replace_static_member(g, g.members[old_id], spec)
         if len(g.members) + len(g.pending_members) >= self.config.group_max_size:
-            return _join_response(GROUP_MAX_SIZE_REACHED, "")
+            return join_response(GROUP_MAX_SIZE_REACHED, "")
         if spec.group_instance_id is None and require_known:
             # KIP-394: hand out the id first, so a client that never reads the answer adds nobody.
             expiry = trio.current_time() + spec.session_timeout_ms / 1000
             g.pending_members[spec.member_id] = expiry
             self._arm(expiry)
-            return _join_response(MEMBER_ID_REQUIRED, spec.member_id)
+            return join_response(MEMBER_ID_REQUIRED, spec.member_id)
         return self._add_member_and_rebalance(g, spec)
 
-    def _join_known_member(self, g: _Group, spec: _Member) -> dict[str, Any] | _Reply:
+    def _join_known_member(self, g: ClassicGroup, spec: ClassicMember) -> dict[str, Any] | Reply:
         mid = spec.member_id
         if mid in g.pending_members and spec.group_instance_id is None:
             if not g.supports(spec.protocol_type, spec.protocols, mid):
-                return _join_response(INCONSISTENT_GROUP_PROTOCOL, mid)
+                return join_response(INCONSISTENT_GROUP_PROTOCOL, mid)
             del g.pending_members[mid]
             return self._add_member_and_rebalance(g, spec)
         error = self._validate_member(g, mid, spec.group_instance_id)
         if error != NONE:
-            return _join_response(error, mid)
+            return join_response(error, mid)
         if not g.supports(spec.protocol_type, spec.protocols, mid):
-            return _join_response(INCONSISTENT_GROUP_PROTOCOL, mid)
+            return join_response(INCONSISTENT_GROUP_PROTOCOL, mid)
         m = g.members[mid]
         unchanged = m.protocols == spec.protocols and m.protocol_type == spec.protocol_type
         if g.state is GroupState.COMPLETING_REBALANCE and unchanged:
             # It probably lost the JoinGroup response: give it the current generation again.
             members = g.member_list() if mid == g.leader_id else []
-            return _join_response(NONE, mid, g, members)
+            return join_response(NONE, mid, g, members)
         if g.state is GroupState.STABLE and unchanged and mid != g.leader_id:
-            return _join_response(NONE, mid, g)
+            return join_response(NONE, mid, g)
         m.protocols = spec.protocols
         m.protocol_type = spec.protocol_type
         m.session_timeout_ms = spec.session_timeout_ms
         m.rebalance_timeout_ms = spec.rebalance_timeout_ms
-        reply = m.join_reply = m.join_reply or _Reply()
+        reply = m.join_reply = m.join_reply or Reply()
         self._maybe_prepare_rebalance(g)
         return reply
 
-    def _add_member_and_rebalance(self, g: _Group, spec: _Member) -> _Reply:
+    def _add_member_and_rebalance(self, g: ClassicGroup, spec: ClassicMember) -> Reply:
         now = trio.current_time()
         spec.session_deadline = now + self.config.new_member_join_timeout_ms / 1000
-        spec.join_reply = _Reply()
+        spec.join_reply = Reply()
         if not g.members:
             g.protocol_type = spec.protocol_type
         if g.state is GroupState.PREPARING_REBALANCE and g.generation == 0:
@@ -520,13 +389,13 @@ class GroupCoordinator:
         return spec.join_reply
 
     def _replace_static_member(
-        self, g: _Group, old: _Member, spec: _Member
-    ) -> dict[str, Any] | _Reply:
+        self, g: ClassicGroup, old: ClassicMember, spec: ClassicMember
+    ) -> dict[str, Any] | Reply:
         """KIP-345: a known instance id rejoined with a new member id; fence the old one."""
         assert spec.group_instance_id is not None
         for reply, resp in (
-            (old.join_reply, _join_response(FENCED_INSTANCE_ID, old.member_id)),
-            (old.sync_reply, _sync_response(FENCED_INSTANCE_ID)),
+            (old.join_reply, join_response(FENCED_INSTANCE_ID, old.member_id)),
+            (old.sync_reply, sync_response(FENCED_INSTANCE_ID)),
         ):
             if reply is not None:
                 reply.send(resp)
@@ -546,10 +415,10 @@ class GroupCoordinator:
             g.leader_id = spec.member_id
         if g.state is GroupState.STABLE and unchanged:
             # The old leader id is returned so that nobody runs a pointless assignment.
-            resp = _join_response(NONE, spec.member_id, g)
+            resp = join_response(NONE, spec.member_id, g)
             resp["leader"] = old_leader or ""
             return resp
-        spec.join_reply = _Reply()
+        spec.join_reply = Reply()
         if g.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(g)
         return spec.join_reply
@@ -568,12 +437,12 @@ class GroupCoordinator:
     ) -> dict[str, Any]:
         """SyncGroup; followers wait here until the leader has sent the assignments."""
         if not group_id:
-            return _sync_response(INVALID_GROUP_ID)
+            return sync_response(INVALID_GROUP_ID)
         if not self.owns(group_id):
-            return _sync_response(NOT_COORDINATOR)
+            return sync_response(NOT_COORDINATOR)
         g = self._groups.get(group_id)
         if g is None:
-            return _sync_response(UNKNOWN_MEMBER_ID)
+            return sync_response(UNKNOWN_MEMBER_ID)
         error = self._validate_member(g, member_id, group_instance_id, generation_id)
         if error == NONE and (
             (protocol_type is not None and protocol_type != g.protocol_type)
@@ -581,23 +450,23 @@ class GroupCoordinator:
         ):
             error = INCONSISTENT_GROUP_PROTOCOL
         if error != NONE:
-            return _sync_response(error)
+            return sync_response(error)
         if g.state is GroupState.PREPARING_REBALANCE:
-            return _sync_response(REBALANCE_IN_PROGRESS)
+            return sync_response(REBALANCE_IN_PROGRESS)
         m = g.members[member_id]
         g.pending_sync.discard(member_id)
         self._heartbeat(m)
         if g.state is GroupState.STABLE:
-            return _sync_response(NONE, g, m.assignment)
+            return sync_response(NONE, g, m.assignment)
         if m.sync_reply is not None:
-            m.sync_reply.send(_sync_response(REBALANCE_IN_PROGRESS))
-        reply = m.sync_reply = _Reply()
+            m.sync_reply.send(sync_response(REBALANCE_IN_PROGRESS))
+        reply = m.sync_reply = Reply()
         if member_id == g.leader_id:
             given = dict(assignments)
             for other in g.members.values():
                 other.assignment = given.get(other.member_id, b"")
                 if other.sync_reply is not None:
-                    other.sync_reply.send(_sync_response(NONE, g, other.assignment))
+                    other.sync_reply.send(sync_response(NONE, g, other.assignment))
                     other.sync_reply = None
             g.state = GroupState.STABLE
             if not g.pending_sync:
@@ -680,7 +549,7 @@ class GroupCoordinator:
             error = NOT_COORDINATOR
         elif g is None:
             if generation_id < 0:
-                g = self._groups[group_id] = _Group(group_id)
+                g = self._groups[group_id] = ClassicGroup(group_id)
                 self._set_empty(g)
             else:
                 error = ILLEGAL_GENERATION
@@ -702,36 +571,31 @@ class GroupCoordinator:
         if error != NONE:
             errors = {(topic, partition): error for topic, partition, *_ in offsets}
         else:
-            errors = await self._offsets.commit(
+            errors = await self.offsets.commit(
                 group_id, offsets, self.config.offset_metadata_max_bytes
             )
             if NONE in errors.values():
                 # The group may have expired while the store was persisting; offsets need one.
                 self._ensure_group(group_id)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), code in errors.items():
-            by_topic.setdefault(topic, []).append(
-                {"partition_index": partition, "error_code": code}
-            )
-        return {"topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        return commit_response(errors)
 
     def _ensure_group(self, group_id: str) -> None:
         if group_id not in self._groups:
-            self._groups[group_id] = _Group(group_id)
+            self._groups[group_id] = ClassicGroup(group_id)
 
     def load_offsets(self, group_id: str, offsets: Iterable[OffsetTuple]) -> None:
         """Replay durable offsets (broker start-up, before serving)."""
         self._ensure_group(group_id)
-        self._offsets.load(group_id, offsets)
+        self.offsets.load(group_id, offsets)
 
     def committed_offsets(self) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
-        return self._offsets.committed()
+        return self.offsets.committed()
 
     def delete_topic_offsets(self, topic: str) -> None:
-        self._offsets.delete_topic(topic)
+        self.offsets.delete_topic(topic)
         for g in self._groups.values():
             if (
-                not self._offsets.has_offsets(g.group_id)
+                not self.offsets.has_offsets(g.group_id)
                 and g.state is GroupState.EMPTY
                 and g.empty_deadline is None
             ):
@@ -743,7 +607,27 @@ class GroupCoordinator:
         """OffsetFetch for one group; ``topics=None`` means every partition it has offsets for."""
         if not self.owns(group_id):
             return {"error_code": NOT_COORDINATOR, "topics": []}
-        return self._offsets.fetch(group_id, topics)
+        return self.offsets.fetch(group_id, topics)
+
+    # ------------------------------------------------------- group admin
+    def group(self, group_id: str) -> ClassicGroup | None:
+        return self._groups.get(group_id)
+
+    def in_use(self, group_id: str) -> bool:
+        """Members (or members about to join) hold the group id."""
+        g = self._groups.get(group_id)
+        return g is not None and bool(g.members or g.pending_members)
+
+    def forget_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> None:
+        """Replay of a deleted group (``partitions=None``) or of an OffsetDelete."""
+        self.offsets.forget(group_id, partitions)
+        if partitions is None and not self.in_use(group_id):
+            self.remove_group(group_id)
+
+    def remove_group(self, group_id: str) -> None:
+        g = self._groups.pop(group_id, None)
+        if g is not None:
+            g.state = GroupState.DEAD
 
     # ------------------------------------------------------ List / Describe
     def list_groups(

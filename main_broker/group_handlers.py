@@ -13,7 +13,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from main_broker import group_admin
+from main_broker.consumer_coordinator import ConsumerCoordinator
 from main_broker.group_coordinator import GroupCoordinator
+from main_broker.group_offsets import commit_response
 
 JOIN_GROUP = 11
 SYNC_GROUP = 14
@@ -23,9 +26,15 @@ OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 LIST_GROUPS = 16
 DESCRIBE_GROUPS = 15
-GROUP_API_KEYS = frozenset({8, 9, 11, 12, 13, 14, 15, 16})
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
+GROUP_API_KEYS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
 
 UNKNOWN_TOPIC_ID = int(ErrorCode.unknown_topic_id)
+UNSUPPORTED_VERSION = int(ErrorCode.unsupported_version)
+NONE = int(ErrorCode.none)
 
 
 def _ms(value: Any) -> int:
@@ -49,8 +58,11 @@ async def handle(
     coordinator: GroupCoordinator,
     client_id: str,
     client_host: str,
+    consumer: ConsumerCoordinator | None = None,
 ) -> dict[str, Any]:
-    """Serve one group-related request; raises ValueError for other API keys."""
+    """Serve one group-related request; raises ValueError for other API keys.
+
+    ``consumer`` serves KIP-848 consumer groups; without it there are only classic groups."""
     if api_key == JOIN_GROUP:
         resp = await _join_group(api_version, request, coordinator, client_id, client_host)
     elif api_key == SYNC_GROUP:
@@ -73,13 +85,25 @@ async def handle(
     elif api_key == LEAVE_GROUP:
         resp = await _leave_group(api_version, request, coordinator)
     elif api_key == OFFSET_COMMIT:
-        resp = await _offset_commit(request, coordinator)
+        resp = await _offset_commit(api_version, request, coordinator, consumer)
     elif api_key == OFFSET_FETCH:
-        resp = _offset_fetch(api_version, request, coordinator)
+        resp = _offset_fetch(api_version, request, coordinator, consumer)
     elif api_key == LIST_GROUPS:
-        resp = coordinator.list_groups(
-            states_filter=_opt(request, "states_filter") or (),
-            types_filter=_opt(request, "types_filter") or (),
+        resp = _list_groups(request, coordinator, consumer)
+    elif api_key == DELETE_GROUPS:
+        resp = await group_admin.delete_groups(coordinator, consumer, list(request.groups_names))
+    elif api_key == OFFSET_DELETE:
+        topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+        resp = await group_admin.delete_offsets(coordinator, consumer, request.group_id, topics)
+    elif api_key == CONSUMER_GROUP_HEARTBEAT:
+        if consumer is None:
+            raise ValueError("no consumer group coordinator")
+        resp = consumer.heartbeat(request, client_id, client_host)
+    elif api_key == CONSUMER_GROUP_DESCRIBE:
+        if consumer is None:
+            raise ValueError("no consumer group coordinator")
+        resp = consumer.describe(
+            list(request.group_ids), bool(request.include_authorized_operations)
         )
     elif api_key == DESCRIBE_GROUPS:
         resp = coordinator.describe_groups(
@@ -89,6 +113,25 @@ async def handle(
     else:
         raise ValueError(f"not a group API: {api_key}")
     resp["throttle_time_ms"] = 0
+    return resp
+
+
+def _list_groups(
+    req: Any, coordinator: GroupCoordinator, consumer: ConsumerCoordinator | None
+) -> dict[str, Any]:
+    states = {s.lower() for s in _opt(req, "states_filter") or ()}
+    types = {t.lower() for t in _opt(req, "types_filter") or ()}
+    resp = coordinator.list_groups()
+    listed = consumer.listed() if consumer is not None else []
+    # A consumer group supersedes the offsets-only classic shell its id may still have.
+    taken = {g["group_id"] for g in listed}
+    groups = [g for g in resp["groups"] if g["group_id"] not in taken] + listed
+    resp["groups"] = [
+        g
+        for g in groups
+        if (not states or g["group_state"].lower() in states)
+        and (not types or g["group_type"] in types)
+    ]
     return resp
 
 
@@ -139,7 +182,12 @@ def _resolver(coordinator: GroupCoordinator, name: str) -> Callable[[Any], Any] 
     return fn if callable(fn) else None
 
 
-async def _offset_commit(req: Any, coordinator: GroupCoordinator) -> dict[str, Any]:
+async def _offset_commit(
+    api_version: int,
+    req: Any,
+    coordinator: GroupCoordinator,
+    consumer: ConsumerCoordinator | None,
+) -> dict[str, Any]:
     name_for_id = _resolver(coordinator, "topic_name_for_id")
     offsets: list[tuple[str, int, int, int, str | None]] = []
     unresolved: list[dict[str, Any]] = []
@@ -162,13 +210,27 @@ async def _offset_commit(req: Any, coordinator: GroupCoordinator) -> dict[str, A
             offsets.append(
                 (name, p.partition_index, p.committed_offset, epoch, p.committed_metadata)
             )
-    resp = await coordinator.commit_offsets(
-        group_id=req.group_id,
-        generation_id=_opt(req, "generation_id_or_member_epoch", "generation_id"),
-        member_id=req.member_id,
-        group_instance_id=_opt(req, "group_instance_id"),
-        offsets=offsets,
-    )
+    generation = _opt(req, "generation_id_or_member_epoch", "generation_id")
+    group = consumer.groups.get(req.group_id) if consumer is not None else None
+    if group is not None and coordinator.owns(req.group_id):
+        # KIP-848: the member epoch is the generation (STALE_MEMBER_EPOCH when it is not).
+        error = group.validate_commit(req.member_id, generation)
+        if error == NONE and req.member_id and api_version < 9:
+            error = UNSUPPORTED_VERSION
+        if error != NONE:
+            errors = {(topic, partition): error for topic, partition, *_ in offsets}
+        else:
+            limit = coordinator.config.offset_metadata_max_bytes
+            errors = await coordinator.offsets.commit(req.group_id, offsets, limit)
+        resp = commit_response(errors)
+    else:
+        resp = await coordinator.commit_offsets(
+            group_id=req.group_id,
+            generation_id=generation,
+            member_id=req.member_id,
+            group_instance_id=_opt(req, "group_instance_id"),
+            offsets=offsets,
+        )
     for t in resp["topics"]:
         t["topic_id"] = ids.get(t["name"])
     resp["topics"].extend(unresolved)
@@ -213,11 +275,21 @@ def _fetch_group(group_id: str, topics: Any, coordinator: GroupCoordinator) -> d
     return resp
 
 
-def _offset_fetch(api_version: int, req: Any, coordinator: GroupCoordinator) -> dict[str, Any]:
+def _offset_fetch(
+    api_version: int, req: Any, coordinator: GroupCoordinator, consumer: ConsumerCoordinator | None
+) -> dict[str, Any]:
     if api_version < 8:
         return _fetch_group(req.group_id, req.topics, coordinator)
     groups = []
     for g in req.groups:
+        member_id = getattr(g, "member_id", None)
+        group = consumer.groups.get(g.group_id) if consumer is not None else None
+        if member_id and group is not None:
+            # v9: a KIP-848 member fetching for itself must hold the current epoch.
+            error = group.validate_commit(member_id, g.member_epoch)
+            if error != NONE:
+                groups.append({"group_id": g.group_id, "topics": [], "error_code": error})
+                continue
         resp = _fetch_group(g.group_id, g.topics, coordinator)
         groups.append(
             {"group_id": g.group_id, "topics": resp["topics"], "error_code": resp["error_code"]}

@@ -29,6 +29,11 @@ class OffsetStore(Protocol):
     async def persist_offsets(self, group_id: str, offsets: list[OffsetTuple]) -> None:
         """Return once the offsets are durable."""
 
+    async def persist_offsets_delete(
+        self, group_id: str, partitions: list[PartitionKey] | None
+    ) -> None:
+        """Return once the deletion is durable; ``None`` deletes the whole group."""
+
     def partition_exists(self, topic: str, partition: int) -> bool: ...
 
 
@@ -47,9 +52,41 @@ class OffsetTable:
         self._offsets: dict[str, dict[PartitionKey, CommittedOffset]] = {}
         self._seq: dict[str, dict[PartitionKey, int]] = {}
         self._commit_seq = 0
+        self._floor: dict[str, int] = {}  # group id -> seq of its last whole-group deletion
 
     def has_offsets(self, group_id: str) -> bool:
         return bool(self._offsets.get(group_id))
+
+    def partitions(self, group_id: str) -> set[PartitionKey]:
+        return set(self._offsets.get(group_id, {}))
+
+    async def delete(self, group_id: str, partitions: Sequence[PartitionKey] | None) -> None:
+        """Durably forget the group's offsets (``partitions=None``: all of them); raises when
+        the store fails, and then nothing is forgotten."""
+        self._commit_seq += 1
+        seq = self._commit_seq
+        keys = None if partitions is None else list(partitions)
+        await self.store.persist_offsets_delete(group_id, keys)
+        self.forget(group_id, keys, seq)
+
+    def forget(
+        self, group_id: str, partitions: Iterable[PartitionKey] | None, seq: int = 0
+    ) -> None:
+        """Apply a deletion (also on replay, with ``seq=0``)."""
+        stored = self._offsets.get(group_id, {})
+        seqs = self._seq.setdefault(group_id, {})
+        if partitions is None:
+            # Commits submitted before the deletion (lower seqs) must not bring offsets back.
+            self._floor[group_id] = seq
+            keys: list[PartitionKey] = list(stored)
+        else:
+            keys = [(str(t), int(p)) for t, p in partitions]
+        for key in keys:
+            if seqs.get(key, -1) <= seq:
+                seqs[key] = seq
+                stored.pop(key, None)
+        if not stored:
+            self._offsets.pop(group_id, None)
 
     async def commit(
         self, group_id: str, offsets: Sequence[OffsetCommitTuple], metadata_max_bytes: int
@@ -82,6 +119,8 @@ class OffsetTable:
         return errors
 
     def apply(self, group_id: str, offsets: Iterable[OffsetTuple], seq: int) -> None:
+        if seq < self._floor.get(group_id, 0):
+            return
         stored = self._offsets.setdefault(group_id, {})
         seqs = self._seq.setdefault(group_id, {})
         for topic, partition, offset, epoch, metadata in offsets:
@@ -137,3 +176,11 @@ class OffsetTable:
                 )
             result.append({"name": topic, "partitions": parts})
         return {"error_code": NONE, "topics": result}
+
+
+def commit_response(errors: dict[PartitionKey, int]) -> dict[str, Any]:
+    """The OffsetCommit answer for each partition's error code."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), code in errors.items():
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
+    return {"topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}

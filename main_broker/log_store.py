@@ -100,6 +100,10 @@ class LogStore:
         )
         self.snapshot_offsets: Callable[[], dict[str, list[list[Any]]]] = dict
         self.delete_topic_offsets: Callable[[str], None] = lambda topic: None
+        # A deleted group (partitions None) or some of its offsets (OffsetDelete).
+        self.forget_offsets: Callable[[str, list[tuple[str, int]] | None], None] = (
+            lambda g, partitions: None
+        )
         # Told the id of every topic that leaves the store (main_broker.object_retention
         # removes its streams from the manifest and deletes their objects).
         self.on_topic_deleted: Callable[[bytes], None] = lambda topic_id: None
@@ -311,6 +315,15 @@ class LogStore:
     ) -> None:
         await self.wal.append(RecordType.CONTROL, wal_records.offsets_header(group_id, offsets))
 
+    async def persist_offsets_delete(
+        self, group_id: str, partitions: list[tuple[str, int]] | None
+    ) -> None:
+        if partitions is None:
+            header = wal_records.group_delete_header(group_id)
+        else:
+            header = wal_records.offsets_delete_header(group_id, partitions)
+        await self.wal.append(RecordType.CONTROL, header)
+
     # -- snapshot and replay -----------------------------------------------------------------
 
     def snapshot(self) -> tuple[dict[str, Any], bytes]:
@@ -406,6 +419,10 @@ class LogStore:
             )
         elif kind == "offsets":
             self.load_offsets(header["g"], [tuple(o) for o in header["o"]])  # type: ignore[misc]
+        elif kind == "group_delete":
+            self.forget_offsets(header["g"], None)
+        elif kind == "offsets_delete":
+            self.forget_offsets(header["g"], [(str(t), int(p)) for t, p in header["o"]])
         else:
             log.warning("unknown control record kind %r at %s", kind, record.position)
 

@@ -31,6 +31,16 @@ API_DESCRIBE_GROUPS, API_LIST_GROUPS = 15, 16
 API_DESCRIBE_LOG_DIRS, API_DESCRIBE_PRODUCERS = 35, 61
 SINGLE_GROUP_APIS = {API_OFFSET_COMMIT, API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP}
 SINGLE_GROUP_APIS |= {API_SYNC_GROUP}
+API_DELETE_GROUPS, API_OFFSET_DELETE = 42, 47
+API_CONSUMER_GROUP_HEARTBEAT, API_CONSUMER_GROUP_DESCRIBE = 68, 69
+SINGLE_GROUP_APIS |= {API_OFFSET_DELETE, API_CONSUMER_GROUP_HEARTBEAT}
+# Requests naming several groups are split by coordinator and their answers joined:
+# api key -> (request field listing group ids, response field listing one result per group)
+MULTI_GROUP_APIS = {
+    API_DESCRIBE_GROUPS: ("groups", "groups"),
+    API_DELETE_GROUPS: ("groups_names", "results"),
+    API_CONSUMER_GROUP_DESCRIBE: ("group_ids", "groups"),
+}
 
 Merge = Callable[[Sequence[bytes]], bytes]
 
@@ -62,12 +72,16 @@ def plan_relay(
         groups = getattr(request, "groups", None)
         group = groups[0].group_id if groups else getattr(request, "group_id", "")
         return RelayPlan([(_coordinator(group, mains, default), frame)])
-    if key == API_DESCRIBE_GROUPS:
+    if key in MULTI_GROUP_APIS:
+        ids_field, results_field = MULTI_GROUP_APIS[key]
         request = decode_request(header, frame)
         by_main: dict[int, list[str]] = {}
-        for group in request.groups:
+        for group in getattr(request, ids_field):
             by_main.setdefault(_coordinator(group, mains, default), []).append(group)
-        return _split(header, request, by_main, "groups", _merge_lists(header, "groups"))
+        if not by_main:
+            by_main[default] = []  # an empty list still gets its (empty) answer
+        merge = _merge_lists(header, results_field)
+        return _split(header, request, by_main, ids_field, merge)
     if key == API_LIST_GROUPS:
         return RelayPlan([(m, frame) for m in mains], _merge_lists(header, "groups"))
     if key == API_LIST_OFFSETS:

@@ -84,6 +84,14 @@ def offsets_header(group_id: str, offsets: list[tuple[str, int, int, int, str]])
     return {"k": "offsets", "g": group_id, "o": [list(o) for o in offsets]}
 
 
+def group_delete_header(group_id: str) -> dict[str, Any]:
+    return {"k": "group_delete", "g": group_id}
+
+
+def offsets_delete_header(group_id: str, partitions: list[tuple[str, int]]) -> dict[str, Any]:
+    return {"k": "offsets_delete", "g": group_id, "o": [list(p) for p in partitions]}
+
+
 def snapshot_record(body: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     return {"k": "snapshot", "v": SNAPSHOT_VERSION}, msgpack.packb(body, use_bin_type=True)
 

@@ -193,3 +193,51 @@ def test_golden_broker_record_headers() -> None:
     assert header == {"k": "snapshot", "v": 1}
     assert body.hex() == "83a6746f7069637390a87069645f6e65787400a76f66667365747380"
     assert RecordType.DATA == 1 and RecordType.CONTROL == 4 and RecordType.SNAPSHOT == 6
+
+
+def test_golden_group_deletion_headers() -> None:
+    """DeleteGroups and OffsetDelete records (docs/formats.md, CONTROL)."""
+    group = wal_records.group_delete_header("g1")
+    assert msgpack.packb(group, use_bin_type=True).hex() == (
+        "82a16bac67726f75705f64656c657465a167a26731"
+    )
+    some = wal_records.offsets_delete_header("g1", [("t", 0)])
+    assert msgpack.packb(some, use_bin_type=True).hex() == (
+        "83a16bae6f6666736574735f64656c657465a167a26731a16f9192a17400"
+    )
+
+
+async def test_replay_applies_group_and_offset_deletions(tmp_path: Path) -> None:
+    url = f"osfs://{tmp_path}"
+    config = WalConfig(segment_bytes=1 << 20)
+    store, wal = await _open(url, config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wal.run)
+        await store.create_topic("t", 2, {})
+        await store.persist_offsets("gone", [("t", 0, 5, 0, "a")])
+        await store.persist_offsets("kept", [("t", 0, 7, 1, "m0"), ("t", 1, 9, 1, "m1")])
+        await store.persist_offsets_delete("gone", None)
+        await store.persist_offsets_delete("kept", [("t", 0)])
+        await wal.aclose()
+        nursery.cancel_scope.cancel()
+    state: dict[str, dict[tuple[str, int], tuple[Any, ...]]] = {}
+
+    def load(group: str, rows: list[Any]) -> None:
+        for row in rows:
+            state.setdefault(group, {})[(row[0], row[1])] = tuple(row)
+
+    def forget(group: str, partitions: list[tuple[str, int]] | None) -> None:
+        if partitions is None:
+            state.pop(group, None)
+        else:
+            for key in partitions:
+                state.get(group, {}).pop(key, None)
+
+    fs = open_wal_fs(url)
+    wal2 = await WalWriter.open(fs, "main-1", config, snapshot_provider=lambda: store2.snapshot())
+    store2 = LogStore(wal2, WalReader(fs, "main-1"), 1 << 20, {})
+    store2.load_offsets = load
+    store2.forget_offsets = forget
+    store2.replay(wal2.replay())
+    assert state == {"kept": {("t", 1): ("t", 1, 9, 1, "m1")}}
+    await wal2.aclose()

@@ -1,0 +1,243 @@
+"""The KIP-848 consumer group coordinator: ConsumerGroupHeartbeat and ConsumerGroupDescribe
+for every consumer group this broker coordinates, with session and revocation timers.
+
+The group logic is ``consumer_group.ConsumerGroup`` (pure); this module maps requests to it,
+translates topic ids, and fires its deadlines on the trio clock. Membership lives in memory
+only, as for classic groups: after a restart members get UNKNOWN_MEMBER_ID and rejoin.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from main_broker.consumer_assignor import Assignment
+from main_broker.consumer_group import ConsumerGroup, HeartbeatInput
+from main_broker.group_config import GroupConfig
+
+log = logging.getLogger(__name__)
+
+NONE = int(ErrorCode.none)
+INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
+NOT_COORDINATOR = int(ErrorCode.not_coordinator)
+GROUP_ID_NOT_FOUND = int(ErrorCode.group_id_not_found)
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+MEMBER_TYPE_CONSUMER = 1
+
+
+class TopicCatalog(Protocol):
+    """The topics the cluster has, as the coordinator needs them."""
+
+    def topic_partition_counts(self) -> Mapping[str, int]: ...
+
+    def topic_id(self, name: str) -> uuid.UUID | None: ...
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None: ...
+
+
+class ConsumerCoordinator:
+    def __init__(self, config: GroupConfig, topics: TopicCatalog) -> None:
+        self.config = config
+        self.topics = topics
+        self.groups: dict[str, ConsumerGroup] = {}
+        self.owns: Callable[[str], bool] = lambda group_id: True
+        # A classic group with members holds the id (the classic coordinator answers this).
+        self.classic_in_use: Callable[[str], bool] = lambda group_id: False
+        # A new consumer group takes over the id from an empty classic group (its offsets stay).
+        self.drop_classic: Callable[[str], None] = lambda group_id: None
+        self._wakeup = trio.Event()
+        self._next_wake = -math.inf
+
+    # ------------------------------------------------------------------ timers
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            now = trio.current_time()
+            for group in list(self.groups.values()):
+                if group.next_deadline() <= now:
+                    gone = group.expire(now, self.topics.topic_partition_counts())
+                    if gone:
+                        log.info("consumer group %s: members %s expired", group.group_id, gone)
+            self._next_wake = min(
+                (g.next_deadline() for g in self.groups.values()), default=math.inf
+            )
+            self._wakeup = trio.Event()
+            with trio.move_on_at(self._next_wake):
+                await self._wakeup.wait()
+
+    def _rearm(self, group: ConsumerGroup) -> None:
+        if group.next_deadline() < self._next_wake:
+            self._wakeup.set()
+
+    # ----------------------------------------------------------------- requests
+    def heartbeat(self, request: Any, client_id: str, client_host: str) -> dict[str, Any]:
+        """ConsumerGroupHeartbeat (any version) -> response dict."""
+        group_id = request.group_id
+        base: dict[str, Any] = {
+            "member_id": request.member_id or None,
+            "member_epoch": request.member_epoch,
+            "heartbeat_interval": self.config.consumer_heartbeat_interval_ms,
+            "assignment": None,
+        }
+        if not group_id:
+            return {**base, "error_code": INVALID_GROUP_ID, "error_message": "empty group id"}
+        if not self.owns(group_id):
+            return {**base, "error_code": NOT_COORDINATOR}
+        group = self.groups.get(group_id)
+        if group is None:
+            if self.classic_in_use(group_id):
+                message = f"group {group_id} is not a consumer group"
+                return {**base, "error_code": GROUP_ID_NOT_FOUND, "error_message": message}
+            group = ConsumerGroup(group_id, self.config.consumer_session_timeout_ms)
+        topics = self.topics.topic_partition_counts()
+        owned = request.topic_partitions
+        inp = HeartbeatInput(
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            instance_id=request.instance_id,
+            rack_id=request.rack_id,
+            rebalance_timeout_ms=_ms(request.rebalance_timeout),
+            subscribed_topic_names=(
+                None
+                if request.subscribed_topic_names is None
+                else list(request.subscribed_topic_names)
+            ),
+            subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+            server_assignor=request.server_assignor,
+            owned=None if owned is None else self._by_name(owned),
+            client_id=client_id,
+            client_host=client_host,
+        )
+        result = group.heartbeat(inp, topics, trio.current_time())
+        if group.members and group_id not in self.groups:
+            self.drop_classic(group_id)
+            self.groups[group_id] = group
+        self._rearm(group)
+        resp = {
+            **base,
+            "error_code": result.error_code,
+            "error_message": result.error_message,
+            "member_id": result.member_id or None,
+            "member_epoch": result.member_epoch,
+        }
+        if result.assignment is not None:
+            resp["assignment"] = {"topic_partitions": self._by_id(result.assignment)}
+        return resp
+
+    def describe(
+        self, group_ids: Sequence[str], include_authorized_operations: bool
+    ) -> dict[str, Any]:
+        ops = (
+            GROUP_AUTHORIZED_OPERATIONS
+            if include_authorized_operations
+            else AUTHORIZED_OPERATIONS_OMITTED
+        )
+        out = []
+        for gid in group_ids:
+            desc: dict[str, Any] = {
+                "error_code": NONE,
+                "error_message": None,
+                "group_id": gid,
+                "group_state": "Dead",
+                "group_epoch": -1,
+                "assignment_epoch": -1,
+                "assignor_name": "",
+                "members": [],
+                "authorized_operations": ops,
+            }
+            group = self.groups.get(gid)
+            if not gid:
+                desc["error_code"] = INVALID_GROUP_ID
+            elif not self.owns(gid):
+                desc["error_code"] = NOT_COORDINATOR
+            elif group is None:
+                desc["error_code"] = GROUP_ID_NOT_FOUND
+                desc["error_message"] = f"group {gid} is not a consumer group"
+            else:
+                desc.update(
+                    group_state=group.state,
+                    group_epoch=group.group_epoch,
+                    assignment_epoch=group.assignment_epoch,
+                    assignor_name=group.assignor_name,
+                    members=[
+                        {
+                            "member_id": m.member_id,
+                            "instance_id": m.instance_id,
+                            "rack_id": m.rack_id,
+                            "member_epoch": m.member_epoch,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "subscribed_topic_names": list(m.subscribed_names),
+                            "subscribed_topic_regex": m.subscribed_regex,
+                            "assignment": {"topic_partitions": self._described(m.assigned)},
+                            "target_assignment": {
+                                "topic_partitions": self._described(
+                                    group.target.get(m.member_id, {})
+                                )
+                            },
+                            "member_type": MEMBER_TYPE_CONSUMER,
+                        }
+                        for m in group.members.values()
+                    ],
+                )
+            out.append(desc)
+        return {"groups": out}
+
+    # ------------------------------------------------------- for other modules
+    def in_use(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def remove_group(self, group_id: str) -> None:
+        self.groups.pop(group_id, None)
+
+    def listed(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "group_id": g.group_id,
+                "protocol_type": "consumer",
+                "group_state": g.state,
+                "group_type": "consumer",
+            }
+            for g in self.groups.values()
+        ]
+
+    # ------------------------------------------------------------ topic ids
+    def _by_name(self, topic_partitions: Sequence[Any]) -> Assignment:
+        out: dict[str, frozenset[int]] = {}
+        for tp in topic_partitions:
+            name = self.topics.topic_name(tp.topic_id) if tp.topic_id is not None else None
+            if name is not None:
+                out[name] = frozenset(int(p) for p in tp.partitions)
+        return out
+
+    def _by_id(self, assignment: Assignment) -> list[dict[str, Any]]:
+        return [
+            {"topic_id": t["topic_id"], "partitions": t["partitions"]}
+            for t in self._described(assignment)
+        ]
+
+    def _described(self, assignment: Assignment) -> list[dict[str, Any]]:
+        out = []
+        for name, partitions in sorted(assignment.items()):
+            topic_id = self.topics.topic_id(name)
+            if topic_id is not None and partitions:
+                out.append(
+                    {"topic_name": name, "topic_id": topic_id, "partitions": sorted(partitions)}
+                )
+        return out
+
+
+def _ms(value: Any) -> int:
+    if value is None:
+        return -1
+    if hasattr(value, "total_seconds"):
+        return round(value.total_seconds() * 1000)
+    return int(value)

@@ -1,0 +1,43 @@
+"""Connects the two group coordinators (classic and KIP-848 consumer groups) to each other and
+to the broker's log store: one group id namespace, one offset table, topic ids for KIP-848."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from main_broker.consumer_coordinator import ConsumerCoordinator
+from main_broker.group_config import GroupConfig
+from main_broker.group_coordinator import GroupCoordinator
+from main_broker.log_store import LogStore
+
+
+class StoreTopics:
+    """The log store's topics as the consumer coordinator sees them (every main holds every
+    topic's metadata, so the coordinator's main knows them all)."""
+
+    def __init__(self, store: LogStore) -> None:
+        self._store = store
+
+    def topic_partition_counts(self) -> Mapping[str, int]:
+        return {name: len(t.partitions) for name, t in self._store.topics.items()}
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        t = self._store.topics.get(name)
+        return uuid.UUID(bytes=bytes(t.topic_id)) if t is not None else None
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        t = self._store.topics_by_id.get(topic_id.bytes)
+        return t.name if t is not None else None
+
+
+def consumer_groups(
+    config: GroupConfig, classic: GroupCoordinator, store: LogStore
+) -> ConsumerCoordinator:
+    """The KIP-848 coordinator beside ``classic``, sharing its offsets and group ids."""
+    consumer = ConsumerCoordinator(config, StoreTopics(store))
+    consumer.classic_in_use = classic.in_use
+    consumer.drop_classic = classic.remove_group
+    classic.consumer_in_use = consumer.in_use
+    store.forget_offsets = classic.forget_offsets
+    return consumer
