@@ -28,7 +28,7 @@ from kafka_wire.codec import (
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.rpc import RpcPeer, RpcServer
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
-from main_broker import api_cluster, api_describe, api_fetch, group_handlers
+from main_broker import api_cluster, api_describe, api_fetch, api_security, group_handlers
 from main_broker.accounting import MainTraffic
 from main_broker.api_produce import begin_produce
 from main_broker.cluster_role import ClusterRole, TopicExists
@@ -40,6 +40,7 @@ from main_broker.group_wiring import consumer_groups
 from main_broker.log_store import LogStore
 from main_broker.object_retention import ObjectRetention
 from main_broker.object_tier import ObjectTier
+from main_broker.security_state import SecurityState
 from main_broker.state_stream import publish_state
 from main_broker.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, MainZoneView
 from shared_wal import WalReader, WalWriter, open_wal_fs
@@ -70,8 +71,13 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 5),
+    29: ("DescribeAcls", 1, 3),
+    30: ("CreateAcls", 1, 3),
+    31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
     35: ("DescribeLogDirs", 1, 4),
+    50: ("DescribeUserScramCredentials", 0, 0),
+    51: ("AlterUserScramCredentials", 0, 0),
     60: ("DescribeCluster", 0, 1),
     42: ("DeleteGroups", 0, 2),
     47: ("OffsetDelete", 0, 0),
@@ -121,6 +127,11 @@ class MainBroker:
             19: api_cluster.create_topics,
             20: api_cluster.delete_topics,
             22: api_cluster.init_producer_id,
+            29: api_security.describe_acls,
+            30: api_security.create_acls,
+            31: api_security.delete_acls,
+            50: api_security.describe_user_scram_credentials,
+            51: api_security.alter_user_scram_credentials,
             32: api_cluster.describe_configs,
             60: api_cluster.describe_cluster,
             35: api_describe.describe_log_dirs,
@@ -139,6 +150,7 @@ class MainBroker:
         self.retention: ObjectRetention | None = None
         self.consumer_groups: ConsumerCoordinator  # KIP-848 groups
         self.coordinator: GroupCoordinator
+        self.security = SecurityState(self)
         self.commit_nursery: trio.Nursery
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -114,6 +114,9 @@ class LogStore:
         # The committed object manifest (None without an object store): state subscribers
         # get it whole, then the rows each commit changed.
         self.manifest: Manifest | None = None
+        # Small whole documents kept on the WAL, by name (main_broker/doc_store.py: a lone
+        # main's ACLs and SCRAM credentials); the last one written wins, snapshots carry them.
+        self.documents: dict[str, bytes] = {}
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -250,6 +253,11 @@ class LogStore:
     def led_partition_count(self) -> int:
         return sum(p.owned for t in self.topics.values() for p in t.partitions)
 
+    async def put_document(self, name: str, data: bytes) -> None:
+        """Replace document `name`; durable when this returns."""
+        await self.wal.append(RecordType.CONTROL, wal_records.document_header(name, data))
+        self.documents[name] = data
+
     # -- produce -----------------------------------------------------------------------------
 
     def submit_batch(
@@ -339,6 +347,7 @@ class LogStore:
             ],
             "pid_next": self._producer_id_limit,
             "offsets": self.snapshot_offsets(),
+            "docs": dict(self.documents),
         }
         return wal_records.snapshot_record(body)
 
@@ -349,6 +358,7 @@ class LogStore:
             for plog, snap in zip(state.partitions, t["parts"], strict=True):
                 plog.restore_snapshot(snap)
         self.next_producer_id = self._producer_id_limit = body["pid_next"]
+        self.documents = {str(n): bytes(d) for n, d in body.get("docs", {}).items()}
         for group_id, rows in body["offsets"].items():
             self.load_offsets(group_id, [tuple(r) for r in rows])  # type: ignore[misc]
 
@@ -405,6 +415,9 @@ class LogStore:
         if record.type != RecordType.CONTROL:
             return
         kind = header["k"]
+        if kind == "doc":
+            self.documents[str(header["n"])] = bytes(header["b"])
+            return
         if kind == "topic_create":
             existing = self.topics.get(header["n"])
             if existing is not None and existing.topic_id == header["id"]:

@@ -76,6 +76,11 @@ def topic_delete_header(name: str) -> dict[str, Any]:
     return {"k": "topic_delete", "n": name}
 
 
+def document_header(name: str, data: bytes) -> dict[str, Any]:
+    """A whole small document a lone main keeps on its WAL (ACLs, SCRAM credentials)."""
+    return {"k": "doc", "n": name, "b": data}
+
+
 def producer_ids_header(up_to: int) -> dict[str, Any]:
     return {"k": "pids", "upto": up_to}
 

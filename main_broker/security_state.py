@@ -1,0 +1,81 @@
+"""A main broker's access lists and SCRAM credentials: read and changed through its document
+store (`main_broker.doc_store`), so every main of a fleet sees the same ones.
+
+Reads go to the store each time (an admin request is rare, and a main must see what another
+main wrote a moment ago); the last copy read stays in `acls` / `scram` for whoever enforces
+them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from main_broker.doc_store import DocumentStore, ObjectDocuments, WalDocuments
+from main_broker.security_docs import ACLS_DOC, SCRAM_DOC, AclsDoc, ScramDoc
+from s3_commit import AsyncObjectStore, open_object_store
+
+if TYPE_CHECKING:
+    from main_broker.broker import MainBroker
+
+__all__ = ["SecurityState"]
+
+T = TypeVar("T")
+
+
+class SecurityState:
+    def __init__(self, broker: MainBroker) -> None:
+        self._broker = broker
+        self._docs: DocumentStore | None = None
+        self.acls = AclsDoc()
+        self.scram = ScramDoc()
+
+    @property
+    def docs(self) -> DocumentStore:
+        """Opened on first use: a lone main's WAL store exists only once the broker runs."""
+        if self._docs is None:
+            url = self._broker.config.metadata_url
+            if url is not None:
+                store = AsyncObjectStore(open_object_store(url), max_threads=2)
+                self._docs = ObjectDocuments(store)
+            else:
+                self._docs = WalDocuments(self._broker.store)
+        return self._docs
+
+    async def read_acls(self) -> AclsDoc:
+        data = await self.docs.load(ACLS_DOC)
+        self.acls = AclsDoc() if data is None else AclsDoc.from_bytes(data)
+        return self.acls
+
+    async def read_scram(self) -> ScramDoc:
+        data = await self.docs.load(SCRAM_DOC)
+        self.scram = ScramDoc() if data is None else ScramDoc.from_bytes(data)
+        return self.scram
+
+    async def change_acls(self, change: Callable[[AclsDoc], tuple[AclsDoc, T]]) -> T:
+        """Apply `change` to the stored ACLs (it may run again after a conflict); returns what
+        the applied run returned."""
+        out: list[tuple[AclsDoc, T]] = []
+
+        def apply(data: bytes | None) -> bytes | None:
+            doc = AclsDoc() if data is None else AclsDoc.from_bytes(data)
+            new, result = change(doc)
+            out.append((new, result))
+            return None if new == doc else new.to_bytes()
+
+        await self.docs.update(ACLS_DOC, apply)
+        self.acls, result = out[-1]
+        return result
+
+    async def change_scram(self, change: Callable[[ScramDoc], tuple[ScramDoc, T]]) -> T:
+        out: list[tuple[ScramDoc, T]] = []
+
+        def apply(data: bytes | None) -> bytes | None:
+            doc = ScramDoc() if data is None else ScramDoc.from_bytes(data)
+            new, result = change(doc)
+            out.append((new, result))
+            return None if new == doc else new.to_bytes()
+
+        await self.docs.update(SCRAM_DOC, apply)
+        self.scram, result = out[-1]
+        return result
