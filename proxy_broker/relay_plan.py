@@ -1,9 +1,12 @@
 """Where a proxy relays a Kafka request, and how answers from several mains become one.
 
 Group requests go to the group's coordinator (zone_router.placement, computed the same way
-the mains do). ListOffsets is split by partition leader and the answers merged, so one
-request can span partitions led by mains in different zones. ListGroups asks every main.
-Anything else goes to any live main: every main holds the whole cluster metadata.
+the mains do). ListOffsets and DeleteRecords are split by partition leader and the answers
+merged, so one request can span partitions led by mains in different zones. ListGroups asks
+every main.
+Anything else goes to any live main: every main holds the whole cluster metadata, and reads
+the ACL and SCRAM documents from the metadata store on each request (CreateAcls, DescribeAcls,
+DeleteAcls, Describe/AlterUserScramCredentials), so any main answers them alike.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from kafka_wire.codec import (
 from zone_router import group_coordinator
 
 API_LIST_OFFSETS = 2
+API_DELETE_RECORDS = 21  # only the partition's leader may move its log start
 API_OFFSET_COMMIT, API_OFFSET_FETCH = 8, 9
 API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP, API_SYNC_GROUP = 11, 12, 13, 14
 API_DESCRIBE_GROUPS, API_LIST_GROUPS = 15, 16
@@ -84,7 +88,7 @@ def plan_relay(
         return _split(header, request, by_main, ids_field, merge)
     if key == API_LIST_GROUPS:
         return RelayPlan([(m, frame) for m in mains], _merge_lists(header, "groups"))
-    if key == API_LIST_OFFSETS:
+    if key in (API_LIST_OFFSETS, API_DELETE_RECORDS):
         return _split_by_leader(header, decode_request(header, frame), default, leader_of)
     if key == API_DESCRIBE_PRODUCERS:
         request = decode_request(header, frame)

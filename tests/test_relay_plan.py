@@ -82,3 +82,19 @@ def test_describe_log_dirs_asks_the_other_zones_mains() -> None:
     ]
     _, merged = decode_response(35, 4, plan.merge(answers))
     assert [r.log_dir for r in merged.results] == ["wal/main-2", "wal/main-3"]
+
+
+def test_acl_and_scram_requests_go_whole_to_one_main() -> None:
+    """The ACL and SCRAM documents are the same for every main: one call, the frame as is."""
+    filt = {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1}
+    requests = [
+        (29, 3, {**filt, "permission_type": 1}),
+        (30, 3, {"creations": [{"resource_type": 2, "resource_name": "t", "principal": "U:a"}]}),
+        (31, 3, {"filters": [{**filt, "permission_type": 1}]}),
+        (50, 0, {"users": None}),
+        (51, 0, {"deletions": [{"name": "a", "mechanism": 1}], "upsertions": []}),
+    ]
+    for key, version, data in requests:
+        frame = _frame(key, version, data)
+        plan = plan_relay(parse_request_header(frame), frame, [1, 2, 3], 2, lambda t, p: None)
+        assert plan.calls == [(2, frame)] and plan.merge is None
