@@ -15,6 +15,8 @@ from typing import TypeAlias
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
+from kafka_wire.compression import DecompressionError, decompress
+
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
 BATCH_HEADER_SIZE = 61
@@ -395,22 +397,48 @@ def build_batch(
     return bytes(header) + body
 
 
+def _records_body(buf: Buffer, batch: BatchInfo) -> Buffer:
+    """The records section of one batch, decompressed when it is compressed."""
+    body = memoryview(buf)[batch.position + BATCH_HEADER_SIZE : batch.position + batch.size]
+    if batch.compression == COMPRESSION_NONE:
+        return body
+    try:
+        return decompress(batch.compression, body)
+    except DecompressionError as exc:
+        raise InvalidBatch(ErrorCode.corrupt_message, str(exc)) from None
+
+
+def null_key_indexes(buf: Buffer, batch: BatchInfo) -> list[int]:
+    """The indexes (within the batch) of its records without a key: a compacted topic refuses
+    them. Reads each record's length and key length only (decompressing a compressed batch);
+    raises InvalidBatch(corrupt_message) for records that do not parse."""
+    body = _records_body(buf, batch)
+    pos = 0
+    out = []
+    for index in range(batch.record_count):
+        length, pos = _read_varint(body, pos)
+        end = pos + length
+        if length < 0 or end > len(body):
+            raise InvalidBatch(ErrorCode.corrupt_message, f"record {index} overruns its batch")
+        pos += 1  # record attributes
+        _, pos = _read_varint(body, pos)  # timestamp delta
+        _, pos = _read_varint(body, pos)  # offset delta
+        key_length, _ = _read_varint(body, pos)
+        if key_length < 0:
+            out.append(index)
+        pos = end
+    return out
+
+
 def decode_records_for_tools(buf: Buffer) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(offset, timestamp, key, value) of every record in the complete batches of ``buf``.
 
-    Handles uncompressed and gzip batches; for tests and tools only.
+    Handles every codec (kafka_wire.compression); for tests and tools only.
     """
     out: list[tuple[int, int, bytes | None, bytes | None]] = []
     view = memoryview(buf)
     for batch in iter_batches(view):
-        body: Buffer = view[batch.position + BATCH_HEADER_SIZE : batch.position + batch.size]
-        if batch.compression == COMPRESSION_GZIP:
-            body = gzip.decompress(body)
-        elif batch.compression != COMPRESSION_NONE:
-            raise InvalidBatch(
-                ErrorCode.unsupported_compression_type,
-                f"decode_records_for_tools cannot decompress type {batch.compression}",
-            )
+        body = _records_body(view, batch)
         pos = 0
         for _ in range(batch.record_count):
             length, pos = _read_varint(body, pos)

@@ -16,7 +16,12 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kafka_wire.hot_codecs import ProducePartitionResult
-from kafka_wire.record_batch import InvalidBatch, validate_produce_records
+from kafka_wire.record_batch import (
+    BatchInfo,
+    InvalidBatch,
+    null_key_indexes,
+    validate_produce_records,
+)
 from main_broker.partition_log import BatchEntry, PartitionLog
 from main_broker.producer_state import Verdict
 from shared_wal import AppendTicket, WalError, WalPosition
@@ -118,6 +123,8 @@ def append_partition(
             },
         )
         return
+    if cfg.compacted and _refuse_null_keys(plog, records, batch, result):
+        return
     if batch.is_transactional:
         result.error_code = ErrorCode.transactional_id_authorization_failed
         result.error_message = "transactional produce is not supported yet"
@@ -148,3 +155,30 @@ def append_partition(
     if cfg.log_append_time:
         result.log_append_time_ms = now_ms
     pending.appends.append((result, plog, entry, ticket))
+
+
+def _refuse_null_keys(
+    plog: PartitionLog, records: memoryview, batch: BatchInfo, result: ProducePartitionResult
+) -> bool:
+    """A compacted topic refuses records without a key, as Kafka's LogValidator does: the
+    whole batch fails with INVALID_RECORD and a record error per keyless record. The only
+    place the append path reads records, and only for compacted topics."""
+    try:
+        missing = null_key_indexes(records, batch)
+    except InvalidBatch as exc:
+        result.error_code, result.error_message = exc.error_code, exc.message
+        return True
+    if not missing:
+        return False
+    message = (
+        f"Compacted topic cannot accept message without key in topic partition "
+        f"{plog.topic}-{plog.partition}."
+    )
+    result.error_code = ErrorCode.invalid_record
+    result.record_errors = [(index, message) for index in missing]
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{message}')" for i in missing[:3])
+    result.error_message = (
+        f"One or more records have been rejected due to {len(missing)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]"
+    )
+    return True

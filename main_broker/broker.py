@@ -28,9 +28,18 @@ from kafka_wire.codec import (
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.rpc import RpcPeer, RpcServer
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
-from main_broker import api_cluster, api_describe, api_fetch, api_security, group_handlers
+from main_broker import (
+    api_cluster,
+    api_configs,
+    api_describe,
+    api_fetch,
+    api_security,
+    api_topics_admin,
+    group_handlers,
+)
 from main_broker.accounting import MainTraffic
 from main_broker.api_produce import begin_produce
+from main_broker.cluster_doc import UnknownTopic
 from main_broker.cluster_role import ClusterRole, TopicExists
 from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
@@ -70,12 +79,16 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
+    21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 5),
     29: ("DescribeAcls", 1, 3),
     30: ("CreateAcls", 1, 3),
     31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
     35: ("DescribeLogDirs", 1, 4),
+    37: ("CreatePartitions", 0, 3),
+    44: ("IncrementalAlterConfigs", 0, 1),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
     60: ("DescribeCluster", 0, 1),
@@ -124,15 +137,19 @@ class MainBroker:
             2: api_fetch.list_offsets,
             3: api_cluster.metadata,
             10: api_cluster.find_coordinator,
-            19: api_cluster.create_topics,
-            20: api_cluster.delete_topics,
+            19: api_topics_admin.create_topics,
+            20: api_topics_admin.delete_topics,
+            21: api_topics_admin.delete_records,
             22: api_cluster.init_producer_id,
             29: api_security.describe_acls,
             30: api_security.create_acls,
             31: api_security.delete_acls,
             50: api_security.describe_user_scram_credentials,
             51: api_security.alter_user_scram_credentials,
-            32: api_cluster.describe_configs,
+            32: api_configs.describe_configs,
+            33: api_configs.alter_configs,
+            37: api_topics_admin.create_partitions,
+            44: api_configs.incremental_alter_configs,
             60: api_cluster.describe_cluster,
             35: api_describe.describe_log_dirs,
             61: api_describe.describe_producers,
@@ -375,6 +392,33 @@ class MainBroker:
         else:
             await self.store.delete_topic(name)
         log.info("deleted topic %s", name, extra={"topic": name})
+        self.on_partitions_changed()
+
+    async def alter_topic_configs(
+        self, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """Apply `change` to the topic's explicit configs (in the fleet: by CAS on the cluster
+        document); returns the new set. May raise UnknownTopic or what `change` raises."""
+        if self.cluster is not None:
+            return await self.cluster.alter_topic_configs(name, change)
+        state = self.store.topics.get(name)
+        if state is None:
+            raise UnknownTopic(name)
+        configs = change(dict(state.configs))
+        await self.store.alter_topic_configs(name, configs)
+        return configs
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        """Grow the topic to `count` partitions; may raise UnknownTopic or ValueError."""
+        if self.cluster is not None:
+            await self.cluster.create_partitions(name, count)
+        else:
+            state = self.store.topics.get(name)
+            if state is None:
+                raise UnknownTopic(name)
+            if count <= len(state.partitions):
+                raise ValueError(f"topic {name} has {len(state.partitions)} partitions")
+            await self.store.add_partitions(name, count)
         self.on_partitions_changed()
 
     def on_partitions_changed(self) -> None:

@@ -106,3 +106,28 @@ class ClusterDoc:
             raise UnknownTopic(name)
         topics = {n: t for n, t in self.topics.items() if n != name}
         return replace(self, version=self.version + 1, topics=topics)
+
+    def with_topic_configs(self, name: str, configs: dict[str, str]) -> ClusterDoc:
+        """AlterConfigs/IncrementalAlterConfigs: the topic's whole explicit config set."""
+        meta = self.topics.get(name)
+        if meta is None:
+            raise UnknownTopic(name)
+        topics = {**self.topics, name: replace(meta, configs=dict(configs))}
+        return replace(self, version=self.version + 1, topics=topics)
+
+    def with_partitions(self, name: str, count: int, mains: Sequence[int]) -> ClusterDoc:
+        """CreatePartitions: the topic grows to `count` partitions, the new ones placed on
+        the mains as a topic created with `count` would have them (epoch 0)."""
+        meta = self.topics.get(name)
+        if meta is None:
+            raise UnknownTopic(name)
+        current = len(meta.leaders)
+        if count <= current:
+            raise ValueError(f"topic {name} has {current} partitions, not fewer than {count}")
+        added = place_partitions(name, count - current, mains, first=current)
+        grown = replace(
+            meta,
+            leaders=(*meta.leaders, *added),
+            epochs=(*meta.epochs, *(0,) * (count - current)),
+        )
+        return replace(self, version=self.version + 1, topics={**self.topics, name: grown})

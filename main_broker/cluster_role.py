@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from kafka_wire.rpc import RpcClient, RpcError
-from main_broker.cluster_doc import ClusterDoc, TopicExists
+from main_broker.cluster_doc import ClusterDoc, TopicExists, TopicMeta, UnknownTopic
 from main_broker.cluster_sync import ClusterMetadata
 from main_broker.config import MainPeer
 from main_broker.controller import Controller
@@ -131,10 +132,12 @@ class ClusterRole:
             for name, meta in doc.topics.items():
                 local = store.topics.get(name)
                 if local is not None and (
-                    local.topic_id != meta.topic_id or len(local.partitions) != len(meta.leaders)
+                    local.topic_id != meta.topic_id or len(local.partitions) > len(meta.leaders)
                 ):
                     await store.delete_topic(name)  # recreated under another id meanwhile
                     local = None
+                if local is not None:
+                    changed |= await self._apply_topic_changes(local, meta)
                 leaders: list[int | None] = [None if n == self.node_id else n for n in meta.leaders]
                 if local is None:
                     await store.create_topic(
@@ -148,6 +151,17 @@ class ClusterRole:
                 changed = True
             if changed:
                 self.broker.on_partitions_changed()
+
+    async def _apply_topic_changes(self, local: TopicState, meta: TopicMeta) -> bool:
+        """CreatePartitions and config changes of a topic this main holds; True when it
+        gained partitions."""
+        store = self.broker.store
+        if meta.configs != local.configs:
+            await store.alter_topic_configs(local.name, meta.configs)
+        if len(meta.leaders) > len(local.partitions):
+            await store.add_partitions(local.name, len(meta.leaders))
+            return True  # the caller sets the leaders of all
+        return False
 
     # -- what requests need ------------------------------------------------------------------
 
@@ -183,6 +197,31 @@ class ClusterRole:
 
     async def delete_topic(self, name: str) -> None:
         await self.meta.update(lambda doc: doc.without_topic(name) if name in doc.topics else doc)
+        self._poke_peers()
+
+    async def alter_topic_configs(
+        self, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """Apply `change` to the topic's explicit configs (by CAS, so on the latest set), for
+        every main; returns the new set. Raises UnknownTopic or what `change` raises."""
+        result: dict[str, str] = {}
+
+        def update(doc: ClusterDoc) -> ClusterDoc:
+            meta = doc.topics.get(name)
+            if meta is None:
+                raise UnknownTopic(name)
+            result.clear()
+            result.update(change(dict(meta.configs)))
+            return doc.with_topic_configs(name, result)
+
+        await self.meta.update(update)
+        self._poke_peers()
+        return result
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        """Grow the topic to `count` partitions, placed on the mains; raises UnknownTopic,
+        or ValueError when it has `count` or more already."""
+        await self.meta.update(lambda doc: doc.with_partitions(name, count, self.main_ids))
         self._poke_peers()
 
     def producer_id(self, local_id: int) -> int:

@@ -8,7 +8,11 @@ Wire form (msgpack, ~100 bytes for one partition):
               "v": produce version,
               "parts": [[topic, partition, writer, segment, position, length], ...]}
     result = {"parts": [[error_code, base_offset, log_append_time_ms, log_start_offset,
-                         error_message | None], ...]}            (same order as the request)
+                         error_message | None, (record_errors)], ...]}   (request order)
+
+`record_errors`, the 6th element, is there only when the batch had record-level errors (a
+keyless record on a compacted topic): [[index of the record in its batch, message | None], ...],
+the Produce response's record_errors (v8+).
 
 A caller that keeps one confirm in flight per main may send no `seq`. The zone proxy
 pipelines confirms (several calls in flight, proxy_broker/confirm_pipe.py) and numbers them
@@ -83,13 +87,16 @@ class ConfirmSequencer:
 
 
 def _part_result(result: ProducePartitionResult) -> list[Any]:
-    return [
+    row: list[Any] = [
         int(result.error_code),
         result.base_offset,
         result.log_append_time_ms,
         result.log_start_offset,
         result.error_message,
     ]
+    if result.record_errors:
+        row.append([[index, message] for index, message in result.record_errors])
+    return row
 
 
 async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str, Any]:

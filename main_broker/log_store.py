@@ -169,6 +169,58 @@ class LogStore:
         self._apply_topic_delete(name)
         await ticket.wait()
 
+    # -- topic changes (configs, partitions, log start) ---------------------------------------
+
+    def _apply_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        state = self.topics.get(name)
+        if state is None:
+            return
+        state.configs = dict(configs)
+        state.effective = EffectiveTopicConfig.from_explicit(configs, self.topic_defaults)
+        for plog in state.partitions:
+            plog.config = state.effective  # produce and retention read it from here on
+        self._topic_changed(name)
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """The topic's whole explicit config set (AlterConfigs, IncrementalAlterConfigs)."""
+        ticket = self.wal.submit(
+            RecordType.CONTROL, wal_records.topic_configs_header(name, configs)
+        )
+        self._apply_topic_configs(name, configs)
+        await ticket.wait()
+
+    def _apply_add_partitions(self, name: str, count: int) -> None:
+        state = self.topics.get(name)
+        if state is None or count <= len(state.partitions):
+            return
+        for index in range(len(state.partitions), count):
+            plog = PartitionLog(name, index, state.topic_id, state.effective)
+            self.adopt_objects(plog)
+            state.partitions.append(plog)
+            self._partition_changed(plog)
+        self._topic_changed(name)
+
+    async def add_partitions(
+        self, name: str, count: int, leaders: list[int | None] | None = None
+    ) -> None:
+        """CreatePartitions: the topic grows to `count` partitions (`leaders`: for all)."""
+        ticket = self.wal.submit(
+            RecordType.CONTROL, wal_records.topic_partitions_header(name, count)
+        )
+        self._apply_add_partitions(name, count)
+        if leaders is not None:
+            self.set_leaders(name, leaders)
+        await ticket.wait()
+
+    async def delete_records(self, plog: PartitionLog, offset: int) -> int:
+        """DeleteRecords: move the log start up to `offset`, durably; the new log start."""
+        if plog.delete_records(offset):
+            header = wal_records.log_start_header(plog.topic, plog.partition, offset)
+            ticket = self.wal.submit(RecordType.CONTROL, header)
+            self.partition_moved(plog)
+            await ticket.wait()
+        return plog.log_start_offset
+
     @property
     def wal_writer_id(self) -> str:
         return self.reader.writer_id
@@ -426,6 +478,14 @@ class LogStore:
             self._apply_topic_create(header["n"], header["id"], header["np"], header["c"])
         elif kind == "topic_delete":
             self._apply_topic_delete(header["n"])
+        elif kind == "topic_configs":
+            self._apply_topic_configs(header["n"], header["c"])
+        elif kind == "topic_partitions":
+            self._apply_add_partitions(header["n"], header["np"])
+        elif kind == "log_start":
+            plog = self.partition(header["t"], header["p"])
+            if plog is not None:
+                plog.delete_records(header["o"])
         elif kind == "pids":
             self.next_producer_id = self._producer_id_limit = max(
                 self._producer_id_limit, header["upto"]

@@ -30,7 +30,9 @@ from main_broker.object_upload import stream_key
 from main_broker.partition_log import PartitionLog
 from main_broker.retention_policy import (
     StreamRetention,
+    apply_log_starts,
     apply_retention,
+    pending_log_starts,
     retire_unreferenced,
     unreferenced,
     without_topics,
@@ -57,6 +59,8 @@ class ObjectRetention:
         # flight when its topic went may still commit the topic's stream, and the next pass
         # removes it again.
         self.deleted_topics: set[bytes] = set()
+        # DeleteRecords moves not yet (fully) in the manifest: stream -> requested log start.
+        self.log_start_requests: dict[StreamKey, int] = {}
         self._wake = trio.Event()
         self.passes = 0
         self.log_start_moves = 0
@@ -68,6 +72,15 @@ class ObjectRetention:
     def topic_deleted(self, topic_id: bytes) -> None:
         """A topic left the broker's store (DeleteTopics, replay, the cluster document)."""
         self.deleted_topics.add(topic_id)
+        self._wake.set()
+
+    def records_deleted(self, plog: PartitionLog) -> None:
+        """DeleteRecords moved a partition's log start: the next pass records it in the
+        manifest (a restart with an empty WAL then still starts there)."""
+        key = stream_key(plog)
+        self.log_start_requests[key] = max(
+            self.log_start_requests.get(key, 0), plog.log_start_offset
+        )
         self._wake.set()
 
     # -- the background task -----------------------------------------------------------------
@@ -96,9 +109,10 @@ class ObjectRetention:
         now_ms = int(time.time() * 1000)
         delete_after_ms = now_ms + int(self.delete_delay_s * 1000)
         outcome: dict[str, Any] = {}
+        requests = dict(self.log_start_requests)
 
         def change(manifest: Manifest) -> Manifest:
-            kept = without_topics(manifest, deleted, live)
+            kept = apply_log_starts(without_topics(manifest, deleted, live), requests)
             expired = apply_retention(kept, limits, now_ms)
             new = retire_unreferenced(manifest, expired, delete_after_ms)
             outcome["changed"] = new is not manifest
@@ -110,6 +124,10 @@ class ObjectRetention:
             return new
 
         manifest = await tier.manifests.update(change)
+        pending = pending_log_starts(manifest, requests, store.topics_by_id.keys())
+        for key, offset in requests.items():
+            if self.log_start_requests.get(key) == offset and key not in pending:
+                del self.log_start_requests[key]  # a later, higher request stays
         self._pass_done()
         if not outcome.get("changed"):
             return manifest

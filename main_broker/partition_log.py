@@ -63,6 +63,9 @@ class PartitionLog:
         # Committed objects of this partition (the manifest's stream), when an object store
         # is configured; offsets below the WAL index are read from them.
         self.objects: StreamManifest | None = None
+        # DeleteRecords' floor: the log start never falls below it (whatever objects or WAL
+        # segments come and go).
+        self.deleted_below = 0
 
     @property
     def owned(self) -> bool:
@@ -125,6 +128,7 @@ class PartitionLog:
             self.log_start_offset = max(min(stream.start_offset, wal_start), floor)
         elif self.log_start_offset < wal_start:
             self.log_start_offset = wal_start  # a gap: what lies between is lost
+        self.log_start_offset = max(self.log_start_offset, self.deleted_below)
 
     # -- append path -------------------------------------------------------------------------
 
@@ -192,8 +196,20 @@ class PartitionLog:
     def drop_segments(self, segments: set[int]) -> None:
         """Forget batches whose WAL segments retention deleted; the log start moves up."""
         if self.index.drop_segments(segments):
-            self.log_start_offset = self.wal_start_offset
+            self.log_start_offset = max(self.wal_start_offset, self.deleted_below)
             self._object_log_start()
+
+    def delete_records(self, offset: int) -> bool:
+        """DeleteRecords: the log starts at `offset` (at most the log end). The batches below
+        stay indexed until the object tier or WAL retention takes them (an upload must see
+        the stream without gaps), but nothing below the start is served. Returns True when
+        the start moved."""
+        offset = min(offset, self.next_offset)
+        if offset <= self.log_start_offset:
+            return False
+        self.deleted_below = max(self.deleted_below, offset)
+        self.log_start_offset = offset
+        return True
 
     # -- read path ---------------------------------------------------------------------------
 
@@ -230,7 +246,17 @@ class PartitionLog:
                 return ObjectSpan(
                     stream, self.stream_id, start, below_wal, 0, True, timestamp, rng.max_timestamp
                 )
-        return self.index.first_batch_at_timestamp(timestamp, self.high_watermark)
+        entry = self.index.first_batch_at_timestamp(timestamp, self.high_watermark)
+        if entry is not None and entry.last_offset < self.log_start_offset:
+            # Below a DeleteRecords start: the first batch from the start that reaches it.
+            entries = self.entries
+            for i in range(self.index.first_index_at(self.log_start_offset), len(entries)):
+                if entries[i].last_offset >= self.high_watermark:
+                    break
+                if entries[i].max_timestamp >= timestamp:
+                    return entries[i]
+            return None
+        return entry
 
     def max_timestamp_entry(self) -> BatchEntry | None:
         return self.index.max_timestamp_entry(self.high_watermark)
@@ -251,7 +277,7 @@ class PartitionLog:
     def restore_snapshot(self, snap: dict[str, Any]) -> None:
         # Offsets past the durable HW at snapshot time were not yet acknowledged; the DATA
         # records that follow the snapshot in the WAL bring them back if they were written.
-        self.log_start_offset = snap["ls"]
+        self.log_start_offset = self.deleted_below = snap["ls"]
         self.index.end_offset = self.high_watermark = snap["no"]
         self.leader_epoch = snap["e"]
         self.producers = ProducerStateTable.from_snapshot(snap["pr"])

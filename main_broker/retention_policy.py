@@ -27,8 +27,10 @@ from s3_commit.object_plan import parse_object_key
 
 __all__ = [
     "StreamRetention",
+    "apply_log_starts",
     "apply_retention",
     "expired_log_start",
+    "pending_log_starts",
     "range_bytes",
     "range_time_ms",
     "retire_unreferenced",
@@ -105,6 +107,29 @@ def apply_retention(
         if start is not None:
             manifest = manifest.with_log_start(key, start)
     return manifest
+
+
+def apply_log_starts(manifest: Manifest, requests: Mapping[StreamKey, int]) -> Manifest:
+    """DeleteRecords on the objects: each stream's log start moves to the requested offset,
+    but never past what its objects hold (the rest of the move waits for later uploads: a
+    manifest's ranges never end below its log start). Itself when nothing moves."""
+    for key, offset in requests.items():
+        stream = manifest.streams.get(key)
+        if stream is not None:
+            manifest = manifest.with_log_start(key, min(offset, stream.end_offset))
+    return manifest
+
+
+def pending_log_starts(
+    manifest: Manifest, requests: Mapping[StreamKey, int], live: Collection[bytes]
+) -> dict[StreamKey, int]:
+    """The requests `manifest` does not fulfil yet, for topics still `live`."""
+    out = {}
+    for key, offset in requests.items():
+        stream = manifest.streams.get(key)
+        if key.topic_id in live and (stream is None or stream.log_start < offset):
+            out[key] = offset
+    return out
 
 
 def without_topics(

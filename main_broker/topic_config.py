@@ -47,50 +47,123 @@ def _boolean(value: str) -> str:
     return value.lower()
 
 
+# DescribeConfigs config_type (v3+), as Kafka's ConfigDef.Type.
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     name: str
     default: str
     validate: Callable[[str], str]
     doc: str
+    config_type: int = TYPE_STRING
+    # The broker-level key whose value is this topic key's default (Kafka's synonym).
+    broker_key: str | None = None
+
+    @property
+    def is_list(self) -> bool:
+        return self.config_type == TYPE_LIST
 
 
 TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in (
-        ConfigKey("cleanup.policy", "delete", _cleanup_policy, "delete and/or compact"),
-        ConfigKey("retention.ms", "604800000", _int_at_least(-1), "time retention, -1 = forever"),
-        ConfigKey("retention.bytes", "-1", _int_at_least(-1), "size retention per partition"),
-        ConfigKey("max.message.bytes", "1048588", _int_at_least(0), "largest record batch"),
+        ConfigKey(
+            "cleanup.policy",
+            "delete",
+            _cleanup_policy,
+            "delete (retention drops old data) and/or compact (keyed records; null keys refused)",
+            TYPE_LIST,
+            "log.cleanup.policy",
+        ),
+        ConfigKey(
+            "retention.ms",
+            "604800000",
+            _int_at_least(-1),
+            "how long data is kept in the object tier; -1 = forever",
+            TYPE_LONG,
+            "log.retention.ms",
+        ),
+        ConfigKey(
+            "retention.bytes",
+            "-1",
+            _int_at_least(-1),
+            "bytes kept per partition before the oldest objects go; -1 = no limit",
+            TYPE_LONG,
+            "log.retention.bytes",
+        ),
+        ConfigKey(
+            "max.message.bytes",
+            "1048588",
+            _int_at_least(0),
+            "the largest record batch a produce may carry",
+            TYPE_INT,
+            "message.max.bytes",
+        ),
         ConfigKey(
             "message.timestamp.type",
             "CreateTime",
             _one_of("CreateTime", "LogAppendTime"),
-            "whose timestamp the records carry",
+            "whose timestamp the records carry: the producer's or the broker's append time",
+            TYPE_STRING,
+            "log.message.timestamp.type",
         ),
         ConfigKey(
             "message.timestamp.before.max.ms",
             str(LONG_MAX),
             _int_at_least(0),
             "how far in the past a CreateTime timestamp may be",
+            TYPE_LONG,
+            "log.message.timestamp.before.max.ms",
         ),
         ConfigKey(
             "message.timestamp.after.max.ms",
             "3600000",
             _int_at_least(0),
             "how far in the future a CreateTime timestamp may be",
+            TYPE_LONG,
+            "log.message.timestamp.after.max.ms",
         ),
-        ConfigKey("segment.bytes", "1073741824", _int_at_least(14), "kept for compatibility"),
-        ConfigKey("segment.ms", "604800000", _int_at_least(1), "kept for compatibility"),
-        ConfigKey("min.insync.replicas", "1", _int_at_least(1), "the WAL fsync is the quorum"),
+        ConfigKey(
+            "segment.bytes",
+            "1073741824",
+            _int_at_least(14),
+            "kept for compatibility: the WAL and the object tier have their own sizes",
+            TYPE_INT,
+            "log.segment.bytes",
+        ),
+        ConfigKey(
+            "segment.ms",
+            "604800000",
+            _int_at_least(1),
+            "kept for compatibility: the WAL and the object tier have their own sizes",
+            TYPE_LONG,
+            "log.roll.ms",
+        ),
+        ConfigKey(
+            "min.insync.replicas",
+            "1",
+            _int_at_least(1),
+            "no effect: the WAL fsync on shared storage is the quorum",
+            TYPE_INT,
+            "min.insync.replicas",
+        ),
         ConfigKey(
             "compression.type",
             "producer",
             _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
             "batches are stored as the producer compressed them",
+            TYPE_STRING,
+            "compression.type",
         ),
         ConfigKey(
-            "unclean.leader.election.enable", "false", _boolean, "no effect: storage is shared"
+            "unclean.leader.election.enable",
+            "false",
+            _boolean,
+            "no effect: storage is shared",
+            TYPE_BOOLEAN,
+            "unclean.leader.election.enable",
         ),
     )
 }

@@ -148,9 +148,11 @@ def _apply_results(share: _Prepared) -> None:
             result.error_code = ErrorCode.request_timed_out
         return
     for result, row in zip(share.results, request.results, strict=False):
-        code, base_offset, append_time, log_start, message = row
+        code, base_offset, append_time, log_start, message = row[:5]
         result.error_code = code
         result.base_offset = base_offset
         result.log_append_time_ms = append_time
         result.log_start_offset = log_start
         result.error_message = message
+        if len(row) > 5:  # record errors (main_broker/confirm.py)
+            result.record_errors = [(int(index), text) for index, text in row[5]]

@@ -76,6 +76,21 @@ def topic_delete_header(name: str) -> dict[str, Any]:
     return {"k": "topic_delete", "n": name}
 
 
+def topic_configs_header(name: str, configs: dict[str, str]) -> dict[str, Any]:
+    """The topic's whole explicit config set after AlterConfigs/IncrementalAlterConfigs."""
+    return {"k": "topic_configs", "n": name, "c": configs}
+
+
+def topic_partitions_header(name: str, partitions: int) -> dict[str, Any]:
+    """CreatePartitions: the topic's new (larger) partition count."""
+    return {"k": "topic_partitions", "n": name, "np": partitions}
+
+
+def log_start_header(topic: str, partition: int, offset: int) -> dict[str, Any]:
+    """DeleteRecords: the partition's log start moved up to `offset`."""
+    return {"k": "log_start", "t": topic, "p": partition, "o": offset}
+
+
 def document_header(name: str, data: bytes) -> dict[str, Any]:
     """A whole small document a lone main keeps on its WAL (ACLs, SCRAM credentials)."""
     return {"k": "doc", "n": name, "b": data}

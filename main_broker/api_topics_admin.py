@@ -1,0 +1,267 @@
+"""Topic admin APIs of the main broker: CreateTopics, DeleteTopics, CreatePartitions and
+DeleteRecords, validated and answered as Apache Kafka 4.x does.
+
+Topic changes go to the lone main's WAL or, with several mains, to the cluster metadata
+document (every main, and through their state streams every proxy, follows it). DeleteRecords
+is the partition leader's: a WAL record, and the object manifest's log start when there is an
+object tier.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from main_broker.cluster_doc import TopicExists, UnknownTopic
+from main_broker.config_changes import ConfigChangeError, replace_topic_configs, topic_entries
+
+if TYPE_CHECKING:
+    from main_broker.broker import MainBroker, RequestContext
+
+log = logging.getLogger("zonefleet.main_broker.admin")
+
+MAX_PARTITIONS_PER_TOPIC = 10_000
+# Storage is shared: any factor up to this is accepted and means the same durability.
+MAX_REPLICATION_FACTOR = 3
+HIGH_WATERMARK = -1
+LEGAL_TOPIC_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def topic_name_error(name: str) -> str | None:
+    if not name or name in (".", ".."):
+        return "topic name is empty or . or .."
+    if len(name) > 249:
+        return "topic name is longer than 249 characters"
+    if not set(name) <= LEGAL_TOPIC_CHARS:
+        return "topic name may contain only ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
+def partitions_error(num_partitions: int, assigned: int | None) -> str | None:
+    """Why a CreateTopics partition count (or replica assignment count) is refused."""
+    count = assigned if assigned is not None else num_partitions
+    if count == -1 and assigned is None:
+        return None  # the broker's num.partitions
+    if count <= 0:
+        return "Number of partitions was set to an invalid non-positive value."
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        return f"Number of partitions {count} is above the limit {MAX_PARTITIONS_PER_TOPIC}."
+    return None
+
+
+def replication_error(factor: int) -> str | None:
+    if factor == -1 or 1 <= factor <= MAX_REPLICATION_FACTOR:
+        return None
+    if factor <= 0:
+        return "Replication factor must be larger than 0, or -1 to use the default value."
+    return (
+        f"Unable to replicate the partition {factor} time(s): the replication factor is at most "
+        f"{MAX_REPLICATION_FACTOR} (storage is shared)."
+    )
+
+
+def _uuid(raw: bytes) -> uuid.UUID:
+    return uuid.UUID(bytes=raw)
+
+
+async def create_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    results = []
+    validate_only = bool(getattr(req, "validate_only", False))
+    names = [t.name for t in req.topics]
+    for topic in req.topics:
+        name = topic.name
+        result: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}
+        results.append(result)
+        error = _create_error(broker, topic, names.count(name) > 1)
+        if error is not None:
+            result.update(error_code=error[0], error_message=error[1])
+            continue
+        try:
+            configs = replace_topic_configs([(c.name, c.value) for c in topic.configs])
+        except ConfigChangeError as exc:
+            result.update(error_code=exc.code, error_message=exc.message)
+            continue
+        partitions = len(topic.assignments) if topic.assignments else topic.num_partitions
+        if partitions == -1:
+            partitions = broker.config.num_partitions
+        result.update(num_partitions=partitions, replication_factor=1)
+        result["configs"] = topic_entries(configs, broker.config.topic_defaults, None, False)
+        if validate_only:
+            continue
+        try:
+            state = await broker.create_topic(name, partitions, configs)
+        except TopicExists:
+            result.update(
+                error_code=ErrorCode.topic_already_exists,
+                error_message=f"Topic '{name}' already exists.",
+            )
+            continue
+        result["topic_id"] = _uuid(state.topic_id)
+        log.info(
+            "created topic %s with %d partitions",
+            name,
+            partitions,
+            extra={"topic": name, "partitions": partitions},
+        )
+    return {"topics": results}
+
+
+def _create_error(broker: MainBroker, topic: Any, duplicate: bool) -> tuple[ErrorCode, str] | None:
+    """What Kafka answers a CreateTopics entry before looking at its configs, in its order."""
+    name = topic.name
+    if duplicate:
+        return ErrorCode.invalid_request, "Duplicate topic name."
+    if (err := topic_name_error(name)) is not None:
+        return ErrorCode.invalid_topic_exception, err
+    if broker.topic_exists(name):
+        return ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+    if topic.assignments and (topic.num_partitions != -1 or topic.replication_factor != -1):
+        return ErrorCode.invalid_request, (
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time."
+        )
+    assigned = len(topic.assignments) if topic.assignments else None
+    if (err := partitions_error(topic.num_partitions, assigned)) is not None:
+        return ErrorCode.invalid_partitions, err
+    if not topic.assignments and (err := replication_error(topic.replication_factor)) is not None:
+        return ErrorCode.invalid_replication_factor, err
+    return None
+
+
+async def delete_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    results = []
+    names: list[tuple[str | None, Any]] = []
+    if hasattr(req, "topic_names"):
+        names = [(n, None) for n in req.topic_names]
+    else:
+        for t in req.topics:
+            names.append((t.name, t.topic_id))
+    for name, topic_id in names:
+        state = None
+        if name is None and topic_id is not None:
+            state = broker.store.topics_by_id.get(topic_id.bytes)
+        elif name is not None:
+            state = broker.store.topics.get(name)
+        if state is None:
+            code = (
+                ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+            )
+            results.append(
+                {
+                    "name": name,
+                    "topic_id": topic_id,
+                    "error_code": code,
+                    "error_message": "This server does not host this topic.",
+                }
+            )
+            continue
+        await broker.delete_topic(state.name)
+        results.append(
+            {"name": state.name, "topic_id": _uuid(state.topic_id), "error_code": ErrorCode.none}
+        )
+    return {"responses": results}
+
+
+def create_partitions_error(
+    name: str, current: int | None, count: int, assignments: int | None
+) -> tuple[ErrorCode, str] | None:
+    """What Kafka answers a CreatePartitions entry (`current`: None when no such topic)."""
+    if current is None:
+        return ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+    if count == current:
+        return ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
+    if count < current:
+        return ErrorCode.invalid_partitions, (
+            f"The topic {name} currently has {current} partition(s); {count} would not be an "
+            "increase."
+        )
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        return ErrorCode.invalid_partitions, (
+            f"Number of partitions {count} is above the limit {MAX_PARTITIONS_PER_TOPIC}."
+        )
+    if assignments is not None and assignments != count - current:
+        return ErrorCode.invalid_replica_assignment, (
+            f"Attempted to add {count - current} additional partition(s), but only "
+            f"{assignments} assignment(s) were specified."
+        )
+    return None
+
+
+async def create_partitions(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    results = []
+    names = [t.name for t in req.topics]
+    if broker.cluster is not None:
+        await broker.cluster.refresh()  # the count another main may just have raised
+    for topic in req.topics:
+        name = topic.name
+        result: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}
+        results.append(result)
+        if names.count(name) > 1:
+            result.update(error_code=ErrorCode.invalid_request, error_message="Duplicate topic.")
+            continue
+        state = broker.store.topics.get(name) if broker.topic_exists(name) else None
+        current = len(state.partitions) if state is not None else None
+        assignments = len(topic.assignments) if topic.assignments is not None else None
+        error = create_partitions_error(name, current, topic.count, assignments)
+        if error is not None:
+            result.update(error_code=error[0], error_message=error[1])
+            continue
+        if req.validate_only:
+            continue
+        try:
+            await broker.create_partitions(name, topic.count)
+        except UnknownTopic:
+            result.update(
+                error_code=ErrorCode.unknown_topic_or_partition,
+                error_message=f"The topic '{name}' does not exist.",
+            )
+        except ValueError as exc:  # another client grew it meanwhile
+            result.update(error_code=ErrorCode.invalid_partitions, error_message=str(exc))
+        else:
+            log.info(
+                "topic %s grew to %d partitions",
+                name,
+                topic.count,
+                extra={"topic": name, "partitions": topic.count},
+            )
+    return {"results": results}
+
+
+async def delete_records(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    topics_out = []
+    for topic in req.topics:
+        parts_out = []
+        for p in topic.partitions:
+            out: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "low_watermark": -1,
+                "error_code": ErrorCode.none,
+            }
+            parts_out.append(out)
+            plog = broker.store.partition(topic.name, p.partition_index)
+            if plog is None:
+                out["error_code"] = ErrorCode.unknown_topic_or_partition
+                continue
+            if not plog.owned:
+                out["error_code"] = ErrorCode.not_leader_or_follower
+                continue
+            offset = plog.high_watermark if p.offset == HIGH_WATERMARK else p.offset
+            if not 0 <= offset <= plog.high_watermark:
+                out["error_code"] = ErrorCode.offset_out_of_range
+                continue
+            before = plog.log_start_offset
+            out["low_watermark"] = await broker.store.delete_records(plog, offset)
+            if broker.retention is not None and plog.log_start_offset > before:
+                broker.retention.records_deleted(plog)
+            log.info(
+                "records of %s-%d deleted below %d",
+                topic.name,
+                p.partition_index,
+                out["low_watermark"],
+                extra={"topic": topic.name, "partition": p.partition_index},
+            )
+        topics_out.append({"name": topic.name, "partitions": parts_out})
+    return {"topics": topics_out}

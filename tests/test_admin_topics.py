@@ -1,0 +1,407 @@
+"""Topic admin through a zone proxy of `zonefleet up --zones 3`: CreatePartitions, DeleteRecords
+and CreateTopics validation, with confluent-kafka's AdminClient, kafka-python's
+KafkaAdminClient and aiokafka's AIOKafkaAdminClient."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import NewPartitions as AIONewPartitions
+from aiokafka.admin.records_to_delete import RecordsToDelete
+from aiokafka.structs import TopicPartition as AIOTopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KafkaNewTopic
+from kio.schema.errors import ErrorCode
+
+from tests.raw_kafka import RawKafka
+from tests.zone_fleet import (
+    ZoneFleet,
+    consume_partition,
+    create_topic,
+    start_up_fleet,
+    zone_client_id,
+)
+
+ZONE = "az1"
+
+
+@pytest.fixture(scope="module")
+def zone_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZoneFleet]:
+    proc, fleet = start_up_fleet(tmp_path_factory.mktemp("admin-topics"))
+    try:
+        yield fleet
+    finally:
+        proc.stop()
+
+
+def _admin(fleet: ZoneFleet, zone: str = ZONE) -> AdminClient:
+    return AdminClient(
+        {"bootstrap.servers": fleet.bootstrap(zone), "client.id": zone_client_id(zone)}
+    )
+
+
+def _topic() -> str:
+    return f"adm-{uuid.uuid4().hex[:10]}"
+
+
+def _partition_count(admin: AdminClient, topic: str) -> int:
+    return len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+
+
+def _error(future: Any) -> KafkaError:
+    with pytest.raises(KafkaException) as info:
+        future.result(timeout=30)
+    error: KafkaError = info.value.args[0]
+    return error
+
+
+def _produce(bootstrap: str, zone: str, topic: str, partition: int, values: list[bytes]) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "client.id": zone_client_id(zone), "linger.ms": 0}
+    )
+    failures: list[Any] = []
+    for value in values:
+        producer.produce(
+            topic,
+            value,
+            partition=partition,
+            on_delivery=lambda err, msg: failures.append(err) if err else None,
+        )
+    assert producer.flush(30) == 0
+    assert not failures, failures
+
+
+def _wait_partitions(fleet: ZoneFleet, topic: str, count: int) -> None:
+    """Every zone's proxy shows `count` partitions (metadata from the cluster document)."""
+    deadline = time.monotonic() + 20
+    for zone in fleet.zones:
+        admin = _admin(fleet, zone)
+        while _partition_count(admin, topic) != count:
+            assert time.monotonic() < deadline, f"{zone} never showed {count} partitions"
+            time.sleep(0.2)
+
+
+# -- CreatePartitions --------------------------------------------------------------------------
+
+
+def test_create_partitions_places_new_partitions_that_serve_through_proxies(
+    zone_fleet: ZoneFleet,
+) -> None:
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 2)
+    admin = _admin(zone_fleet)
+    admin.create_partitions([NewPartitions(topic, 6)])[topic].result(timeout=30)
+    _wait_partitions(zone_fleet, topic, 6)
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    # The new partitions are placed on the mains (round-robin), not all on one.
+    raw = RawKafka(zone_fleet.bootstrap(ZONE))
+    try:
+        resp = raw.request(3, 12, {"topics": [{"name": topic, "topic_id": None}]})
+    finally:
+        raw.close()
+    assert sorted(p.partition_index for p in resp.topics[0].partitions) == list(range(6))
+    assert len(meta.partitions) == 6
+    # Produce to and consume every new partition, through another zone's proxy.
+    other = zone_fleet.zones[1]
+    for partition in range(2, 6):
+        values = [f"p{partition}-{i}".encode() for i in range(5)]
+        _produce(zone_fleet.bootstrap(other), other, topic, partition, values)
+    for partition in range(2, 6):
+        got = _consume(zone_fleet.bootstrap(other), other, topic, partition, 5)
+        assert got == [f"p{partition}-{i}".encode() for i in range(5)]
+
+
+def _consume(bootstrap: str, zone: str, topic: str, partition: int, n: int) -> list[bytes]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": zone_client_id(zone),
+            "group.id": f"g-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(out) < n and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None or msg.error() is not None:
+            continue
+        value = msg.value()
+        assert value is not None
+        out.append(value)
+    consumer.close()
+    return out
+
+
+def test_create_partitions_errors_and_validate_only(zone_fleet: ZoneFleet) -> None:
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 3)
+    admin = _admin(zone_fleet)
+    fs = admin.create_partitions([NewPartitions(topic, 5)], validate_only=True)
+    fs[topic].result(timeout=30)
+    assert _partition_count(admin, topic) == 3  # validate_only changed nothing
+    error = _error(admin.create_partitions([NewPartitions(topic, 2)])[topic])
+    assert error.code() == KafkaError.INVALID_PARTITIONS
+    assert "currently has 3 partition(s); 2 would not be an increase" in error.str()
+    error = _error(admin.create_partitions([NewPartitions(topic, 3)])[topic])
+    assert error.code() == KafkaError.INVALID_PARTITIONS
+    assert "already has 3 partition(s)" in error.str()
+    error = _error(
+        admin.create_partitions([NewPartitions(f"{topic}-missing", 4)])[f"{topic}-missing"]
+    )
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_create_partitions_kafka_python_and_aiokafka(zone_fleet: ZoneFleet) -> None:
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 1)
+    client = KafkaAdminClient(
+        bootstrap_servers=zone_fleet.bootstrap(ZONE), client_id=zone_client_id(ZONE)
+    )
+    try:
+        client.create_partitions({topic: 3})
+    finally:
+        client.close()
+    _wait_partitions(zone_fleet, topic, 3)
+
+    async def grow() -> None:
+        aio = AIOKafkaAdminClient(
+            bootstrap_servers=zone_fleet.bootstrap(ZONE), client_id=zone_client_id(ZONE)
+        )
+        await aio.start()
+        try:
+            await aio.create_partitions({topic: AIONewPartitions(total_count=4)})
+        finally:
+            await aio.close()
+
+    asyncio.run(grow())
+    _wait_partitions(zone_fleet, topic, 4)
+
+
+# -- DeleteRecords -----------------------------------------------------------------------------
+
+
+def _earliest(admin: AdminClient, topic: str, partition: int = 0) -> int:
+    tp = TopicPartition(topic, partition)
+    result = admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30)
+    offset: int = result.offset
+    return offset
+
+
+def test_delete_records_moves_log_start_through_a_proxy(zone_fleet: ZoneFleet) -> None:
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 1)
+    bootstrap = zone_fleet.bootstrap(ZONE)
+    _produce(bootstrap, ZONE, topic, 0, [f"v{i}".encode() for i in range(20)])
+    admin = _admin(zone_fleet)
+    tp = TopicPartition(topic, 0, 12)
+    deleted = admin.delete_records([tp])[tp].result(timeout=30)
+    assert deleted.low_watermark == 12
+    for zone in zone_fleet.zones:  # every proxy mirrors the leader's new log start
+        deadline = time.monotonic() + 10
+        while _earliest(_admin(zone_fleet, zone), topic) != 12:
+            assert time.monotonic() < deadline, zone
+            time.sleep(0.1)
+        raw = RawKafka(zone_fleet.bootstrap(zone))
+        try:
+            assert raw.fetch(topic, {0: 5})[0].error_code == ErrorCode.offset_out_of_range
+            assert raw.fetch(topic, {0: 12})[0].error_code == ErrorCode.none
+        finally:
+            raw.close()
+    got = consume_partition(bootstrap, topic, -2, 8, zone_client_id(ZONE))
+    assert [offset for offset, _ in got] == list(range(12, 20))
+    # An offset below the log start changes nothing; -1 is the high watermark.
+    tp = TopicPartition(topic, 0, 3)
+    assert admin.delete_records([tp])[tp].result(timeout=30).low_watermark == 12
+    tp = TopicPartition(topic, 0, -1)
+    assert admin.delete_records([tp])[tp].result(timeout=30).low_watermark == 20
+    assert _earliest(admin, topic) == 20
+
+
+def test_delete_records_above_the_high_watermark_is_out_of_range(zone_fleet: ZoneFleet) -> None:
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 1)
+    _produce(zone_fleet.bootstrap(ZONE), ZONE, topic, 0, [b"a", b"b"])
+    raw = RawKafka(zone_fleet.bootstrap(ZONE))
+    try:
+        resp = raw.request(
+            21,
+            2,
+            {
+                "topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 3}]}],
+                "timeout": 30000,
+            },
+        )
+    finally:
+        raw.close()
+    part = resp.topics[0].partitions[0]
+    assert part.error_code == ErrorCode.offset_out_of_range
+
+
+def test_delete_records_only_on_the_leader(zone_fleet: ZoneFleet) -> None:
+    """A main that does not lead the partition answers NOT_LEADER_OR_FOLLOWER; the proxy
+    sends each partition to its leader."""
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 3)
+    for partition in range(3):
+        _produce(zone_fleet.bootstrap(ZONE), ZONE, topic, partition, [b"x"] * 4)
+    admin = _admin(zone_fleet)
+    tps = [TopicPartition(topic, p, 2) for p in range(3)]
+    results = admin.delete_records(tps)
+    assert [results[tp].result(timeout=30).low_watermark for tp in tps] == [2, 2, 2]
+    answers = []
+    for main in zone_fleet.config.mains:
+        host, port = main.broker.advertised
+        raw = RawKafka(f"{host}:{port}")
+        try:
+            resp = raw.request(
+                21,
+                2,
+                {
+                    "topics": [
+                        {"name": topic, "partitions": [{"partition_index": 0, "offset": 3}]}
+                    ],
+                    "timeout": 30000,
+                },
+            )
+        finally:
+            raw.close()
+        answers.append(resp.topics[0].partitions[0].error_code)
+    assert sorted(answers) == sorted(
+        [ErrorCode.none] + [ErrorCode.not_leader_or_follower] * (len(answers) - 1)
+    )
+
+
+def test_delete_records_kafka_python_and_aiokafka(zone_fleet: ZoneFleet) -> None:
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 1)
+    _produce(zone_fleet.bootstrap(ZONE), ZONE, topic, 0, [b"v"] * 10)
+    client = KafkaAdminClient(
+        bootstrap_servers=zone_fleet.bootstrap(ZONE), client_id=zone_client_id(ZONE)
+    )
+    try:
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        result = client.delete_records({KafkaTopicPartition(topic, 0): 4})
+    finally:
+        client.close()
+    assert _low_watermarks(result) == [4]
+
+    async def delete() -> dict[AIOTopicPartition, int]:
+        aio = AIOKafkaAdminClient(
+            bootstrap_servers=zone_fleet.bootstrap(ZONE), client_id=zone_client_id(ZONE)
+        )
+        await aio.start()
+        try:
+            return await aio.delete_records({AIOTopicPartition(topic, 0): RecordsToDelete(7)})
+        finally:
+            await aio.close()
+
+    assert list(asyncio.run(delete()).values()) == [7]
+    assert _earliest(_admin(zone_fleet), topic) == 7
+
+
+def _low_watermarks(result: Any) -> list[int]:
+    values = result.values() if isinstance(result, dict) else result
+    out = []
+    for item in values:
+        if isinstance(item, dict):
+            out.append(int(item["low_watermark"]))
+        elif isinstance(item, int):
+            out.append(item)
+        else:
+            out.append(int(getattr(item, "low_watermark", item)))
+    return out
+
+
+# -- CreateTopics validation -------------------------------------------------------------------
+
+
+def test_create_topics_validation(zone_fleet: ZoneFleet) -> None:
+    admin = _admin(zone_fleet)
+    bad_config = _topic()
+    error = _error(
+        admin.create_topics([NewTopic(bad_config, 1, 1, config={"no.such.key": "1"})])[bad_config]
+    )
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "no.such.key" in error.str()
+    bad_value = _topic()
+    error = _error(
+        admin.create_topics([NewTopic(bad_value, 1, 1, config={"retention.ms": "soon"})])[bad_value]
+    )
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "retention.ms" in error.str()
+    only = _topic()
+    admin.create_topics([NewTopic(only, 2, 1)], validate_only=True)[only].result(timeout=30)
+    assert only not in admin.list_topics(timeout=10).topics
+    # Partition counts and replication factors librdkafka would refuse locally, raw.
+    raw = RawKafka(zone_fleet.bootstrap(ZONE))
+    try:
+        codes = {}
+        for label, partitions, factor in (
+            ("zero", 0, 1),
+            ("negative", -3, 1),
+            ("many", 100_000, 1),
+            ("rf0", 1, 0),
+            ("rf9", 1, 9),
+        ):
+            resp = raw.request(
+                19,
+                7,
+                {
+                    "topics": [
+                        {
+                            "name": f"{only}-{label}",
+                            "num_partitions": partitions,
+                            "replication_factor": factor,
+                            "assignments": [],
+                            "configs": [],
+                        }
+                    ],
+                    "timeout": 30000,
+                    "validate_only": False,
+                },
+            )
+            result = resp.topics[0]
+            assert result.error_message, label
+            codes[label] = result.error_code
+    finally:
+        raw.close()
+    assert codes == {
+        "zero": ErrorCode.invalid_partitions,
+        "negative": ErrorCode.invalid_partitions,
+        "many": ErrorCode.invalid_partitions,
+        "rf0": ErrorCode.invalid_replication_factor,
+        "rf9": ErrorCode.invalid_replication_factor,
+    }
+    names = admin.list_topics(timeout=10).topics
+    assert not [n for n in names if n.startswith(only)]
+
+
+def test_create_topics_kafka_python_validate_only_and_existing(zone_fleet: ZoneFleet) -> None:
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 1)
+    client = KafkaAdminClient(
+        bootstrap_servers=zone_fleet.bootstrap(ZONE), client_id=zone_client_id(ZONE)
+    )
+    try:
+        fresh = _topic()
+        client.create_topics([KafkaNewTopic(fresh, 2, 1)], validate_only=True)
+        assert fresh not in client.list_topics()
+        from kafka.errors import TopicAlreadyExistsError
+
+        with pytest.raises(TopicAlreadyExistsError):
+            client.create_topics([KafkaNewTopic(topic, 1, 1)])
+    finally:
+        client.close()
