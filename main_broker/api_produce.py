@@ -21,7 +21,7 @@ from kafka_wire.hot_codecs import (
 )
 from kafka_wire.leader_hints import fill_produce_hints
 from kafka_wire.server_loop import CloseConnection, Finish
-from main_broker.append import PendingAppends, append_partition
+from main_broker.append import PendingAppends, append_partition, may_append
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker, RequestContext
@@ -52,7 +52,7 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
                 result.error_code = ErrorCode.invalid_required_acks
             elif plog is None:
                 result.error_code = ErrorCode.unknown_topic_or_partition
-            elif not plog.owned:
+            elif not may_append(broker, plog):
                 result.error_code = ErrorCode.not_leader_or_follower
             elif broker.storage_failed:
                 result.error_code = ErrorCode.kafka_storage_error

@@ -72,6 +72,10 @@ class PendingAppends:
                     result.error_message = "WAL write failed"
                     continue
                 broker.store.on_durable(plog, entry, position)
+                if broker.cluster is not None and not broker.cluster.fresh():
+                    # Durable, but another main may already have taken the partition over
+                    # from a WAL read before this landed: the client must not count on it.
+                    result.error_code = ErrorCode.not_leader_or_follower
             for result, plog, last_offset in self.duplicates:
                 # A retried duplicate is answered only once its original is durable.
                 with trio.move_on_after(DUPLICATE_WAIT_SECONDS):
@@ -81,6 +85,13 @@ class PendingAppends:
                     result.error_code = ErrorCode.request_timed_out
         finally:
             self.done.set()
+
+
+def may_append(broker: MainBroker, plog: PartitionLog) -> bool:
+    """Whether this main appends to the partition: it leads it, no reassignment is moving it
+    away, and (clustered) its copy of the metadata is recent enough that no other main can
+    have taken the partition over (main_broker/handoff.py)."""
+    return plog.owned and not plog.fenced and (broker.cluster is None or broker.cluster.fresh())
 
 
 def append_partition(

@@ -39,6 +39,7 @@ from main_broker import (
 )
 from main_broker.accounting import MainTraffic
 from main_broker.api_produce import begin_produce
+from main_broker.api_reassign import REASSIGN_APIS, REASSIGN_HANDLERS
 from main_broker.cluster_doc import UnknownTopic
 from main_broker.cluster_role import ClusterRole, TopicExists
 from main_broker.config import BrokerConfig
@@ -100,6 +101,7 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     71: ("GetTelemetrySubscriptions", 0, 0),
     75: ("DescribeTopicPartitions", 0, 0),
 }
+SUPPORTED_APIS.update(REASSIGN_APIS)  # ElectLeaders and partition reassignment
 GROUP_APIS = {8, 9, 11, 12, 13, 14, 15, 16}
 
 
@@ -156,6 +158,7 @@ class MainBroker:
             71: api_describe.get_telemetry_subscriptions,
             75: api_describe.describe_topic_partitions,
         }
+        self._handlers.update(REASSIGN_HANDLERS)
         self._auto_create_lock = trio.Lock()
         self.confirms = ConfirmSequencer()
         self.rpc_port: int | None = None

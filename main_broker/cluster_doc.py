@@ -6,7 +6,11 @@ The bytes are JSON (see docs/formats.md, "Cluster metadata document"):
     {"format": 1, "cluster_id": str, "version": int,
      "topics": {name: {"id": 32 hex digits, "configs": {key: value},
                        "leaders": [main node id per partition],
-                       "epochs": [leader epoch per partition]}}}
+                       "epochs": [leader epoch per partition]}},
+     "reassignments": [partition moves under way (main_broker/reassignment.py)]}
+
+"reassignments" is written only when a move is under way, so documents without one keep
+their bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from main_broker.reassignment import Move, PartitionKey, moves_from_json, moves_to_json
 from zone_router import place_partitions
 
 __all__ = ["ClusterDoc", "DocFormatError", "TopicExists", "TopicMeta", "UnknownTopic"]
@@ -66,14 +71,18 @@ class ClusterDoc:
     cluster_id: str
     version: int = 0
     topics: dict[str, TopicMeta] = field(default_factory=dict)
+    # Partition reassignments under way, by (topic, partition).
+    moves: dict[PartitionKey, Move] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "format": FORMAT,
             "cluster_id": self.cluster_id,
             "version": self.version,
             "topics": {name: t.to_json() for name, t in sorted(self.topics.items())},
         }
+        if self.moves:
+            body["reassignments"] = moves_to_json(self.moves)
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -83,7 +92,8 @@ class ClusterDoc:
             if raw.get("format") != FORMAT:
                 raise DocFormatError(f"unknown cluster document format {raw.get('format')!r}")
             topics = {str(n): TopicMeta.from_json(t) for n, t in raw["topics"].items()}
-            return cls(str(raw["cluster_id"]), int(raw["version"]), topics)
+            moves = moves_from_json(raw.get("reassignments", ()))
+            return cls(str(raw["cluster_id"]), int(raw["version"]), topics, moves)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DocFormatError(f"corrupt cluster metadata document: {exc}") from exc
 

@@ -20,6 +20,7 @@ from main_broker.cluster_doc import ClusterDoc, TopicExists, TopicMeta, UnknownT
 from main_broker.cluster_sync import ClusterMetadata
 from main_broker.config import MainPeer
 from main_broker.controller import Controller
+from main_broker.handoff import Handoff
 from main_broker.log_store import TopicState
 from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.node_registry import NodeRegistrar, NodeRegistration
@@ -51,7 +52,9 @@ class ClusterRole:
         self.mains = [peers[n] for n in sorted(peers)]
         self.main_ids = [m.node_id for m in self.mains]
         store = open_object_store(cfg.metadata_url)
-        self.meta = ClusterMetadata(store, cfg.cluster_id, self._apply, cfg.metadata_poll_s)
+        self.meta = ClusterMetadata(store, cfg.cluster_id, self._on_doc, cfg.metadata_poll_s)
+        self.session_timeout_s = cfg.session_timeout_s
+        self.handoff = Handoff(broker, self, cfg.session_timeout_s)
         self.astore = AsyncObjectStore(store, max_threads=2)
         self.controller = Controller(
             self.astore,
@@ -91,6 +94,7 @@ class ClusterRole:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.controller.run)
+                nursery.start_soon(self.handoff.run)
                 await self.meta.run()
         finally:
             with trio.CancelScope(shield=True):
@@ -113,6 +117,7 @@ class ClusterRole:
         reg = self.registrar
         return {
             "controller": self.controller.status(),
+            "reassignment": self.handoff.status(),
             "registration": None
             if reg is None
             else {
@@ -122,6 +127,22 @@ class ClusterRole:
                 "last_error": reg.last_error,
             },
         }
+
+    # -- reassignment ------------------------------------------------------------------------
+
+    async def _on_doc(self, doc: ClusterDoc) -> None:
+        await self._apply(doc)
+        self.handoff.on_doc(doc)
+
+    def fresh(self) -> bool:
+        """Whether this main may acknowledge appends: its last read of the document began
+        within half the session timeout. A target takes a dead main's partitions over only
+        after a whole session timeout (main_broker/handoff.py)."""
+        started = self.meta.read_started
+        return started is not None and trio.current_time() - started < self.session_timeout_s / 2
+
+    def poke_peers(self) -> None:
+        self._poke_peers()
 
     # -- the document -> local state ---------------------------------------------------------
 

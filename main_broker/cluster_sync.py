@@ -38,6 +38,9 @@ class ClusterMetadata:
         self.poll_interval_s = poll_interval_s
         self._limiter = trio.CapacityLimiter(1)
         self._poked = trio.Event()
+        # trio.current_time() when the latest successful read of the document began: a main
+        # whose copy may be older than its fence window stops acknowledging (handoff.py).
+        self.read_started: float | None = None
 
     async def _load(self) -> tuple[ClusterDoc, str | None, bool]:
         found = await trio.to_thread.run_sync(self.store.get, DOC_KEY, limiter=self._limiter)
@@ -48,7 +51,9 @@ class ClusterMetadata:
 
     async def refresh(self) -> bool:
         """Re-read the document; apply it (and return True) when it changed."""
+        started = trio.current_time()
         doc, etag, exists = await self._load()
+        self.read_started = started
         if etag == self.etag and exists == self.exists:
             return False
         self.doc, self.etag, self.exists = doc, etag, exists
@@ -58,7 +63,9 @@ class ClusterMetadata:
     async def update(self, change: Callable[[ClusterDoc], ClusterDoc]) -> ClusterDoc:
         """Apply `change` by compare-and-swap; it may raise to refuse the change."""
         for _ in range(MAX_CAS_ATTEMPTS):
+            started = trio.current_time()
             doc, etag, exists = await self._load()
+            self.read_started = started
             new = change(doc)
             data = new.to_bytes()
             try:

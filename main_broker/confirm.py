@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.hot_codecs import ProducePartitionResult
-from main_broker.append import PendingAppends, append_partition
+from main_broker.append import PendingAppends, append_partition, may_append
 from shared_wal import WalError, WalPosition
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
                 )
                 result.error_code = ErrorCode.kafka_storage_error
                 result.error_message = f"cannot read the prepared payload: {payload}"
-            elif plog is None or not plog.owned:
+            elif plog is None or not may_append(broker, plog):
                 result.error_code = ErrorCode.not_leader_or_follower
             elif broker.storage_failed:
                 result.error_code = ErrorCode.kafka_storage_error

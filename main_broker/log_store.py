@@ -446,6 +446,9 @@ class LogStore:
 
     def _replay_one(self, record: WalRecord, first: bool) -> None:
         header = record.header
+        if record.type == RecordType.CONTROL and header.get("k") == "takeover":
+            self.apply_takeover(header)
+            return
         if record.type == RecordType.SNAPSHOT:
             # Only the oldest retained segment's snapshot matters; later ones repeat what the
             # records before them already rebuilt.
@@ -513,3 +516,19 @@ class LogStore:
             # their payloads, so the proxies may drop them too.
             owned = (p for t in self.topics.values() for p in t.partitions if p.owned)
             self.set_links_floor(links_floor.links_floor(owned, {}))
+
+    # -- reassignment ------------------------------------------------------------------------
+
+    def apply_takeover(self, header: dict[str, Any]) -> PartitionLog | None:
+        """A `takeover` CONTROL record (main_broker/reassignment.py): the partition restarts
+        at the adopted objects' end with the previous leader's producer state; the DATA
+        records after it bring the taken-over tail."""
+        plog = self.partition(header["t"], header["p"])
+        if plog is None:
+            return None
+        plog.reset_for_takeover(header["s"], header["e"], header["pr"])
+        self.adopt_objects(plog)
+        if header.get("ls", 0) > plog.log_start_offset:
+            plog.log_start_offset = min(header["ls"], plog.next_offset)
+        self._partition_changed(plog)
+        return plog

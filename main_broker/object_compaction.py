@@ -36,6 +36,7 @@ from s3_commit.compaction import (
     without_retired,
 )
 from s3_commit.manifest import Manifest, UploadedObject, new_object_id
+from s3_commit.manifest_store import referenced_keys
 from s3_commit.object_plan import UploadPlan, plan_upload
 from s3_commit.object_store import ObjectStoreError
 from telemetry.pause_points import pause_point
@@ -160,11 +161,16 @@ class Compactor:
         tier = self.tier
         due = due_retired(tier.manifests.manifest, int(time.time() * 1000))
         try:
+            # A reassigned partition's new leader lists the objects it adopted from our
+            # manifest (main_broker/handoff.py): those stay, for the orphan sweep to delete
+            # once no manifest lists them.
+            shared = await referenced_keys(tier.astore, skip=tier.manifests.key)
+            doomed = [k for k in due if k not in shared]
             # Delete first: a crash before the CAS leaves them retired, deleted again later.
-            await tier.astore.delete_many(due)
-            tier.reader.evict(due)
+            await tier.astore.delete_many(doomed)
+            tier.reader.evict(doomed)
             manifest = await tier.manifests.update(lambda m: without_retired(m, due))
-        except (ObjectStoreError, OSError) as exc:
+        except (ObjectStoreError, OSError, ValueError) as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("deleting %d replaced objects failed: %s", len(due), exc)

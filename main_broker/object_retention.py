@@ -161,7 +161,9 @@ class ObjectRetention:
         self.pass_done = trio.Event()
 
     def _owned(self) -> list[PartitionLog]:
-        return [p for t in self.broker.store.topics.values() for p in t.partitions if p.owned]
+        store = self.broker.store
+        # A partition being moved away keeps its manifest stream as it is (handoff.py).
+        return [p for t in store.topics.values() for p in t.partitions if p.owned and not p.fenced]
 
     def _limits(self) -> dict[StreamKey, StreamRetention]:
         manifest = self.tier.manifests.manifest

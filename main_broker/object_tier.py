@@ -209,7 +209,10 @@ class ObjectTier:
     async def upload_once(self) -> int:
         """One upload of the pending committed batches: PUT objects, commit the manifest;
         returns the bytes of batches committed."""
-        parts = self.tracker.select(self._owned(), self.config.upload_threshold_bytes)
+        # A partition being moved away is frozen: its new leader takes its manifest stream
+        # and WAL tail as they are (main_broker/handoff.py).
+        movable = (p for p in self._owned() if not p.fenced)
+        parts = self.tracker.select(movable, self.config.upload_threshold_bytes)
         if not parts:
             return 0
         store = self.broker.store

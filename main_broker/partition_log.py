@@ -60,6 +60,10 @@ class PartitionLog:
         self.producers = ProducerStateTable()
         # Which main leads the partition: None is this broker. Only the leader appends.
         self.leader_id: int | None = None
+        # A reassignment moves the partition away (main_broker/reassignment.py): the leader
+        # appends no more, but keeps its un-uploaded batches (WAL retention, links floor)
+        # until the new leader has taken them over.
+        self.fenced = False
         # Committed objects of this partition (the manifest's stream), when an object store
         # is configured; offsets below the WAL index are read from them.
         self.objects: StreamManifest | None = None
@@ -210,6 +214,17 @@ class PartitionLog:
         self.deleted_below = max(self.deleted_below, offset)
         self.log_start_offset = offset
         return True
+
+    def reset_for_takeover(self, start: int, epoch: int, producer_rows: list[Any]) -> None:
+        """This main takes the partition over (a reassignment, main_broker/handoff.py): its
+        log restarts at `start`, where the adopted objects end, with the previous leader's
+        producer state; the taken-over tail batches are replayed after this."""
+        self.index = BatchIndex(start)
+        self.high_watermark = start
+        self.log_start_offset = start
+        self.leader_epoch = epoch
+        self.producers = ProducerStateTable.from_snapshot(producer_rows)
+        self.objects = None
 
     # -- read path ---------------------------------------------------------------------------
 

@@ -256,6 +256,13 @@ class Manifest:
         streams[key] = StreamManifest(stream.topic, ranges, offset)
         return replace(self, version=self.version + 1, streams=streams)
 
+    def with_stream(self, key: StreamKey, stream: StreamManifest) -> Manifest:
+        """A partition reassignment: the stream as its previous leader's manifest holds it
+        replaces ours (itself when they are equal)."""
+        if self.streams.get(key) == stream:
+            return self
+        return replace(self, version=self.version + 1, streams={**self.streams, key: stream})
+
     def without_streams(self, keys: Iterable[StreamKey]) -> Manifest:
         """The manifest without these streams at all (their topic was deleted)."""
         gone = set(keys) & self.streams.keys()

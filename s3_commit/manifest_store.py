@@ -76,11 +76,14 @@ class ManifestStore:
         raise ObjectStoreError(f"gave up updating {self.key} after {MAX_CAS_ATTEMPTS} conflicts")
 
 
-async def referenced_keys(store: AsyncObjectStore) -> set[str]:
-    """Every object key any main's manifest lists or retired. Raises on an unreadable
-    manifest: a sweep that cannot see every reference must delete nothing."""
+async def referenced_keys(store: AsyncObjectStore, skip: str | None = None) -> set[str]:
+    """Every object key any main's manifest (but the one at key `skip`) lists or retired.
+    Raises on an unreadable manifest: a sweep that cannot see every reference must delete
+    nothing."""
     keys: set[str] = set()
     for info in await store.list(MANIFEST_PREFIX):
+        if info.key == skip:
+            continue
         found = await store.get(info.key)
         if found is not None:
             keys |= Manifest.from_bytes(found[0]).referenced_keys()

@@ -1,0 +1,155 @@
+"""AlterPartitionReassignments (45), ListPartitionReassignments (46) and ElectLeaders (43).
+
+A reassignment is recorded in the cluster metadata document (main_broker/reassignment.py);
+the mains involved carry it out (main_broker/handoff.py). Any main answers, so a proxy relays
+these to any of them. With one replica per partition, the preferred leader is always the
+current one: ElectLeaders has nothing to elect.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from main_broker.cluster_doc import ClusterDoc, TopicMeta
+from main_broker.reassignment import (
+    MoveRefused,
+    cancel_move,
+    ongoing_listing,
+    request_move,
+    validate_target,
+)
+
+if TYPE_CHECKING:
+    from main_broker.broker import MainBroker, RequestContext
+
+PREFERRED, UNCLEAN = 0, 1
+
+
+def _mains(broker: MainBroker) -> list[int]:
+    return broker.cluster.main_ids if broker.cluster is not None else [broker.config.node_id]
+
+
+async def alter_partition_reassignments(
+    broker: MainBroker, ctx: RequestContext, req: Any
+) -> dict[str, Any]:
+    """One CAS of the document for the whole request; each partition's outcome is decided
+    on the copy that CAS started from (and decided again when it has to retry)."""
+    mains = _mains(broker)
+    allow_rf_change = getattr(req, "allow_replication_factor_change", True)
+    now_ms = int(time.time() * 1000)
+    outcomes: dict[tuple[str, int], tuple[int, str | None]] = {}
+
+    def change(doc: ClusterDoc) -> ClusterDoc:
+        outcomes.clear()
+        for topic in req.topics:
+            for part in topic.partitions:
+                key = (topic.name, part.partition_index)
+                try:
+                    if part.replicas is None:
+                        doc = cancel_move(doc, topic.name, part.partition_index)
+                    else:
+                        target = validate_target(list(part.replicas), mains, allow_rf_change)
+                        doc = request_move(doc, topic.name, part.partition_index, target, now_ms)
+                    outcomes[key] = (ErrorCode.none, None)
+                except MoveRefused as exc:
+                    outcomes[key] = (exc.code, exc.message)
+        return doc
+
+    if broker.cluster is None:
+        # A lone main: the only replica list that stands is the one naming it.
+        node = broker.config.node_id
+        topics = {
+            n: TopicMeta(t.topic_id, {}, (node,) * len(t.partitions), (0,) * len(t.partitions))
+            for n, t in broker.store.topics.items()
+        }
+        change(ClusterDoc(broker.config.cluster_id, 0, topics))
+    else:
+        await broker.cluster.meta.update(change)
+        broker.cluster.poke_peers()
+    return {
+        "throttle_time": 0,
+        "allow_replication_factor_change": allow_rf_change,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "responses": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {
+                        "partition_index": part.partition_index,
+                        "error_code": outcomes[(topic.name, part.partition_index)][0],
+                        "error_message": outcomes[(topic.name, part.partition_index)][1],
+                    }
+                    for part in topic.partitions
+                ],
+            }
+            for topic in req.topics
+        ],
+    }
+
+
+async def list_partition_reassignments(
+    broker: MainBroker, ctx: RequestContext, req: Any
+) -> dict[str, Any]:
+    topics: list[dict[str, Any]] = []
+    if broker.cluster is not None:
+        await broker.cluster.refresh()
+        wanted = None
+        if req.topics is not None:
+            wanted = [(t.name, list(t.partition_indexes)) for t in req.topics]
+        topics = ongoing_listing(broker.cluster.meta.doc, wanted)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "topics": topics,
+    }
+
+
+async def elect_leaders(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """As Kafka's controller answers with one replica per partition: that replica leads, so
+    a preferred or unclean election is ELECTION_NOT_NEEDED; unknown partitions get
+    UNKNOWN_TOPIC_OR_PARTITION; a request for all partitions lists none (Kafka leaves out
+    those that need no election)."""
+    if getattr(req, "election_type", PREFERRED) not in (PREFERRED, UNCLEAN):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.invalid_request,
+            "replica_election_results": [],
+        }
+    store = broker.store
+    results: list[dict[str, Any]] = []
+    if req.topic_partitions is None:
+        results = [{"topic": name, "partition_result": []} for name in sorted(store.topics)]
+    else:
+        for topic in req.topic_partitions:
+            state = store.topics.get(topic.topic)
+            rows = []
+            for index in topic.partitions:
+                if state is None or not 0 <= index < len(state.partitions):
+                    code = ErrorCode.unknown_topic_or_partition
+                    message: str | None = (
+                        f"No such topic as {topic.topic}"
+                        if state is None
+                        else f"No such partition as {topic.topic}-{index}"
+                    )
+                else:
+                    code, message = ErrorCode.election_not_needed, None
+                rows.append({"partition_id": index, "error_code": code, "error_message": message})
+            results.append({"topic": topic.topic, "partition_result": rows})
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "replica_election_results": results}
+
+
+REASSIGN_APIS: dict[int, tuple[str, int, int]] = {
+    43: ("ElectLeaders", 0, 2),
+    45: ("AlterPartitionReassignments", 0, 1),
+    46: ("ListPartitionReassignments", 0, 0),
+}
+REASSIGN_HANDLERS = {
+    43: elect_leaders,
+    45: alter_partition_reassignments,
+    46: list_partition_reassignments,
+}

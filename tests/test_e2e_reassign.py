@@ -1,0 +1,302 @@
+"""Partition reassignment against `zonefleet up --zones 3`, through zone proxy bootstraps:
+AlterPartitionReassignments / ListPartitionReassignments (kafka-python KafkaAdminClient),
+ElectLeaders (confluent-kafka AdminClient), a move under load (idempotent producer with
+acks=all and a consumer group: every acknowledged record consumed exactly once), and a fleet
+restart after the move (the new leader and every record stay)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import (
+    InvalidReplicationAssignmentError,
+    InvalidReplicationFactorError,
+    NoReassignmentInProgressError,
+    UnknownTopicOrPartitionError,
+)
+
+from tests.raw_kafka import RawKafka
+from tests.zone_fleet import (
+    ZoneFleet,
+    consume_confluent,
+    create_topic,
+    raw_metadata,
+    start_up_fleet,
+    write_zones_toml,
+    zone_client_id,
+)
+
+ELECTION_NOT_NEEDED = 84
+
+
+def _admin(fleet: ZoneFleet, zone: str) -> KafkaAdminClient:
+    return KafkaAdminClient(
+        bootstrap_servers=fleet.bootstrap(zone),
+        client_id=zone_client_id(zone),
+        request_timeout_ms=30000,
+    )
+
+
+def _leader(fleet: ZoneFleet, topic: str, partition: int) -> tuple[int, int]:
+    """(leader node id, leader epoch): a main shows a client its own zone's view, in which it
+    appears as the leader of exactly the partitions it leads (tests/zone_fleet.py)."""
+    found = []
+    for m in fleet.config.mains:
+        main = m.broker
+        raw = RawKafka(f"{main.host}:{main.port}")
+        try:
+            (described,) = raw_metadata(raw, topic).topics
+        finally:
+            raw.close()
+        part = next(p for p in described.partitions if p.partition_index == partition)
+        if part.leader_id == main.node_id:
+            found.append((part.leader_id, part.leader_epoch))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _status(fleet: ZoneFleet, node: int) -> dict[str, Any]:
+    m = next(m for m in fleet.config.mains if m.broker.node_id == node)
+    return httpx.get(f"http://{m.admin_host}:{m.admin_port}/status", timeout=5).json()  # type: ignore[no-any-return]
+
+
+def _other_main(fleet: ZoneFleet, node: int) -> int:
+    return next(m.broker.node_id for m in fleet.config.mains if m.broker.node_id != node)
+
+
+def _wait_moved(admin: KafkaAdminClient, fleet: ZoneFleet, topic: str, target: int) -> float:
+    """Seconds until the move of partition 0 is no longer listed and a main reports the
+    target as its leader."""
+    started = time.monotonic()
+    while time.monotonic() - started < 60:
+        ongoing = admin.list_partition_reassignments({topic: [0]})
+        if not ongoing and _leader(fleet, topic, 0)[0] == target:
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"the move of {topic}-0 to {target} did not finish in 60 s")
+
+
+@pytest.fixture(scope="module")
+def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("reassign")
+
+
+@pytest.fixture(scope="module")
+def running(fleet_dir: Path) -> Any:
+    """The fleet's process, config path and ZoneFleet (the restart test replaces them)."""
+    path, _ = write_zones_toml(fleet_dir)
+    # Uploads every second: a moved partition has history in objects and a tail in the WAL.
+    text = path.read_text()
+    default = "upload_threshold_bytes = 524288000\nupload_interval_s = 60.0\n"
+    assert default in text
+    path.write_text(
+        text.replace(default, "upload_threshold_bytes = 262144\nupload_interval_s = 1.0\n")
+    )
+    proc, zfleet = start_up_fleet(fleet_dir, config=path)
+    holder: dict[str, Any] = {"proc": proc, "fleet": zfleet, "path": path}
+    try:
+        yield holder
+    finally:
+        holder["proc"].stop()
+
+
+@pytest.fixture
+def fleet(running: dict[str, Any]) -> ZoneFleet:
+    return running["fleet"]  # type: ignore[no-any-return]
+
+
+def test_admin_answers(fleet: ZoneFleet) -> None:
+    zfleet = fleet
+    topic = f"admin-{uuid.uuid4().hex[:8]}"
+    create_topic(zfleet, "az1", topic, 2)
+    admin = _admin(zfleet, "az1")
+    try:
+        assert admin.list_partition_reassignments() == {}
+        leader, _ = _leader(zfleet, topic, 0)
+        tp = TopicPartition(topic, 0)
+        got = admin.alter_partition_reassignments(
+            {
+                tp: [999],
+                TopicPartition(topic, 1): [leader, _other_main(zfleet, leader)],
+                TopicPartition("no-such-topic", 0): [leader],
+                TopicPartition(topic, 7): [leader],
+            }
+        )
+        assert got[tp] is InvalidReplicationAssignmentError
+        assert got[TopicPartition(topic, 1)] is InvalidReplicationFactorError
+        assert got[TopicPartition("no-such-topic", 0)] is UnknownTopicOrPartitionError
+        assert got[TopicPartition(topic, 7)] is UnknownTopicOrPartitionError
+        # Cancelling with nothing under way is refused as Kafka refuses it.
+        assert admin.alter_partition_reassignments({tp: None}) == {
+            tp: NoReassignmentInProgressError
+        }
+        # Naming the current leader changes nothing.
+        assert admin.alter_partition_reassignments({tp: [leader]}) == {tp: None}
+        assert admin.list_partition_reassignments() == {}
+        assert _leader(zfleet, topic, 0) == (leader, 0)
+    finally:
+        admin.close()
+    # ElectLeaders: the one replica leads already (confluent-kafka AdminClient).
+    cadmin = AdminClient(
+        {"bootstrap.servers": zfleet.bootstrap("az2"), "client.id": zone_client_id("az2")}
+    )
+    from confluent_kafka import ElectionType
+
+    result = cadmin.elect_leaders(ElectionType.PREFERRED, [CTopicPartition(topic, 0)]).result(
+        timeout=30
+    )
+    error = result[CTopicPartition(topic, 0)]
+    assert error is not None and error.code() == ELECTION_NOT_NEEDED
+
+
+def test_move_under_load(running: dict[str, Any]) -> None:
+    zfleet: ZoneFleet = running["fleet"]
+    topic = f"move-{uuid.uuid4().hex[:8]}"
+    create_topic(zfleet, "az1", topic, 1)
+    source, epoch = _leader(zfleet, topic, 0)
+    assert epoch == 0
+    target = _other_main(zfleet, source)
+
+    acked: list[bytes] = []
+    failed: list[Any] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": zfleet.bootstrap("az2"),
+                "client.id": zone_client_id("az2"),
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 2,
+                "message.timeout.ms": 60000,
+            }
+        )
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                acked.append(msg.value())
+            else:
+                failed.append(err)
+
+        i = 0
+        while not stop.is_set():
+            producer.produce(topic, f"r-{i}".encode(), on_delivery=delivered)
+            i += 1
+            producer.poll(0)
+            if i % 50 == 0:
+                time.sleep(0.01)
+        assert producer.flush(60) == 0
+
+    consumed: list[tuple[int, bytes]] = []
+
+    def consume() -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": zfleet.bootstrap("az3"),
+                "client.id": zone_client_id("az3"),
+                "group.id": f"g-{topic}",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe([topic])
+        idle_since: float | None = None
+        try:
+            while True:
+                msg = consumer.poll(0.2)
+                if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+                    if stop.is_set() and producer_done.is_set():
+                        idle_since = idle_since or time.monotonic()
+                        if len(consumed) >= len(acked) or time.monotonic() - idle_since > 20:
+                            return
+                    continue
+                assert msg.error() is None, msg.error()
+                idle_since = None
+                consumed.append((msg.offset(), msg.value()))
+        finally:
+            consumer.close()
+
+    producer_done = threading.Event()
+
+    def produce_then_flag() -> None:
+        try:
+            produce()
+        finally:
+            producer_done.set()
+
+    threads = [threading.Thread(target=produce_then_flag), threading.Thread(target=consume)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(4)
+        before = len(acked)
+        admin = _admin(zfleet, "az1")
+        try:
+            got = admin.alter_partition_reassignments({TopicPartition(topic, 0): [target]})
+            assert got == {TopicPartition(topic, 0): None}
+            took = _wait_moved(admin, zfleet, topic, target)
+        finally:
+            admin.close()
+        handoff = _status(zfleet, target)["cluster"]["reassignment"]
+        print(f"\nmove of {topic}-0 from main {source} to {target}: {took:.2f} s, {handoff}")
+        assert handoff["completed"] >= 1 and handoff["last_duration_s"] < 10
+        time.sleep(4)
+        after = len(acked)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    assert not failed, failed[:3]
+    assert before > 0 and after > before, (before, after)
+    assert _leader(zfleet, topic, 0) == (target, 1)
+    assert took < 15, took
+    values = [v for _, v in consumed]
+    assert len(values) == len(set(values)), "a record was consumed twice"
+    assert set(values) == set(acked), (len(set(acked) - set(values)), len(acked))
+    offsets = [o for o, _ in consumed]
+    assert offsets == list(range(len(offsets))), "offsets not dense from 0"
+    took_over = [line for line in running["proc"].output if f"took {topic}-0 over" in line]
+    print(took_over, len(acked))
+    _MOVED[topic] = (target, len(acked))
+
+
+_MOVED: dict[str, tuple[int, int]] = {}
+
+
+def test_restart_keeps_the_new_leader_and_records(running: dict[str, Any], fleet_dir: Path) -> None:
+    assert _MOVED, "needs test_move_under_load"
+    (topic, (target, count)), *_ = _MOVED.items()
+    assert running["proc"].stop() == 0
+    proc, zfleet = start_up_fleet(fleet_dir, config=running["path"])
+    running["proc"], running["fleet"] = proc, zfleet
+    assert _leader(zfleet, topic, 0) == (target, 1)
+    for zone in zfleet.zones:
+        got = consume_confluent(zfleet.bootstrap(zone), zone, topic, 1, count)
+        values = [v for _, _, v in got]
+        assert len(values) == len(set(values)) == count, (zone, len(values), count)
+        assert [o for _, o, _ in got] == list(range(count))
+    # Produce goes to the new leader after the restart too.
+    producer = Producer(
+        {
+            "bootstrap.servers": zfleet.bootstrap("az1"),
+            "client.id": zone_client_id("az1"),
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+    )
+    for i in range(100):
+        producer.produce(topic, f"after-{i}".encode())
+    assert producer.flush(30) == 0
+    got = consume_confluent(zfleet.bootstrap("az3"), "az3", topic, 1, count + 100)
+    assert len(got) == count + 100
