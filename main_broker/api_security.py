@@ -42,10 +42,10 @@ def _storage_message(exc: BaseException) -> str:
     return f"The security metadata could not be read or written: {exc}"
 
 
-def _filter(f: Any, name_field: str) -> AclFilter:
+def _filter(f: Any) -> AclFilter:
     return AclFilter(
         f.resource_type_filter,
-        getattr(f, name_field),
+        f.resource_name_filter,
         f.pattern_type_filter,
         f.principal_filter,
         f.host_filter,
@@ -95,7 +95,7 @@ async def create_acls(broker: MainBroker, ctx: RequestContext, req: Any) -> dict
 
 
 async def describe_acls(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    f = _filter(req, "resource_name_filter")
+    f = _filter(req)
     if f.has_unknown():
         raise CloseConnection(f"DescribeAcls with UNKNOWN elements: {f}")
     try:
@@ -138,7 +138,7 @@ def _matching_acl(b: AclBinding) -> dict[str, Any]:
 
 
 async def delete_acls(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    filters = [_filter(f, "resource_name_filter") for f in req.filters]
+    filters = [_filter(f) for f in req.filters]
     for f in filters:
         if f.has_unknown():
             raise CloseConnection(f"DeleteAcls with UNKNOWN elements: {f}")

@@ -47,6 +47,7 @@ from kafka.admin import UserScramCredentialUpsertion as KPUpsertion
 from kio.schema.errors import ErrorCode
 
 from fleet.config import local_fleet_toml
+from s3_commit import FileObjectStore
 from tests.fleet_process import FleetProcess, free_port_block
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import ZoneFleet, start_up_fleet, write_zones_toml, zone_client_id
@@ -475,6 +476,50 @@ def test_acls_and_credentials_survive_a_fleet_restart(run: Running) -> None:
         admin = _admin(run, zone)
         assert _describe(admin, _any_filter()) == before
         assert _infos(admin, user) == [(ScramMechanism.SCRAM_SHA_256, 5000)]
+
+
+def test_a_corrupt_document_gets_an_error_code_and_is_not_overwritten(run: Running) -> None:
+    url = next(m.broker.metadata_url for m in run.fleet.config.mains)
+    assert url is not None and url.startswith("file://")
+    store = FileObjectStore(url[7:])
+    saved = {key: store.get(key) for key in ("cluster/acls.json", "cluster/scram.json")}
+    try:
+        for key in saved:
+            store.put(key, b'{"format":1,"version":"x"')
+        raw = _raw(run, "az2")
+        try:
+            resp = raw.request(
+                29,
+                3,
+                {
+                    "resource_type_filter": 1,
+                    "resource_name_filter": None,
+                    "pattern_type_filter": 1,
+                    "principal_filter": None,
+                    "host_filter": None,
+                    "operation": 1,
+                    "permission_type": 1,
+                },
+            )
+            assert resp.error_code == ErrorCode.unknown_server_error and resp.resources == ()
+            resp = raw.request(30, 3, {"creations": [_creation(resource_name="c")]})
+            assert resp.results[0].error_code == ErrorCode.unknown_server_error
+            resp = raw.request(50, 0, {"users": None})
+            assert resp.error_code == ErrorCode.unknown_server_error
+            upsert = {"name": "u", "mechanism": 1, "iterations": 4096, "salted_password": b"p"}
+            resp = raw.request(51, 0, {"deletions": [], "upsertions": [upsert]})
+            assert [(r.user, r.error_code) for r in resp.results] == [
+                ("u", ErrorCode.unknown_server_error)
+            ]
+        finally:
+            raw.close()
+        for key in saved:
+            found = store.get(key)
+            assert found is not None and found[0] == b'{"format":1,"version":"x"'
+    finally:
+        for key, found in saved.items():
+            assert found is not None
+            store.put(key, found[0])
 
 
 # -- a lone main --------------------------------------------------------------------------------
