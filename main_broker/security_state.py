@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from main_broker.doc_store import DocumentStore, ObjectDocuments, WalDocuments
 from main_broker.security_docs import ACLS_DOC, SCRAM_DOC, AclsDoc, ScramDoc
-from s3_commit import AsyncObjectStore, open_object_store
+from s3_commit import ObjectStoreError
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker
@@ -32,12 +32,14 @@ class SecurityState:
 
     @property
     def docs(self) -> DocumentStore:
-        """Opened on first use: a lone main's WAL store exists only once the broker runs."""
+        """Chosen on first use (requests come only once the broker runs): the metadata store
+        the main's cluster role opened, or without one the main's own WAL."""
         if self._docs is None:
-            url = self._broker.config.metadata_url
-            if url is not None:
-                store = AsyncObjectStore(open_object_store(url), max_threads=2)
-                self._docs = ObjectDocuments(store)
+            cluster = self._broker.cluster
+            if cluster is not None:
+                self._docs = ObjectDocuments(cluster.astore)  # the metadata store
+            elif self._broker.config.metadata_url is not None:
+                raise ObjectStoreError("the cluster metadata store is not open yet")
             else:
                 self._docs = WalDocuments(self._broker.store)
         return self._docs
