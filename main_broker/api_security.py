@@ -19,6 +19,7 @@ from main_broker.acl_rules import AclBinding, AclFilter, create_error, delete_fi
 from main_broker.scram import Deletion, Upsertion, alter_credentials, describe_credentials
 from main_broker.security_docs import AclsDoc, ScramDoc, SecurityDocError
 from s3_commit import ObjectStoreError
+from shared_wal import WalError
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker, RequestContext
@@ -33,8 +34,9 @@ __all__ = [
     "describe_user_scram_credentials",
 ]
 
-# What a failed read or write of the documents gets (Kafka: its controller did not answer).
-_STORAGE_ERRORS = (ObjectStoreError, SecurityDocError, OSError)
+# What a failed read or write of the documents gets (Kafka: its controller did not answer):
+# the metadata store, a corrupt document, or a lone main's WAL (failed, or a record too large).
+_STORAGE_ERRORS = (ObjectStoreError, SecurityDocError, WalError, OSError)
 
 
 def _storage_message(exc: BaseException) -> str:
