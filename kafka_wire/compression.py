@@ -43,6 +43,21 @@ def _snappy(data: bytes) -> bytes:
     return bytes(out)
 
 
+def compress(codec: int, data: Buffer) -> bytes:
+    """`data` compressed as a Kafka producer would (snappy: raw blocks, as librdkafka writes
+    them); for tests and tools."""
+    raw = bytes(data)
+    if codec == GZIP:
+        return gzip.compress(raw, mtime=0)
+    if codec == SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(raw))
+    if codec == LZ4:
+        return bytes(cramjam.lz4.compress(raw))
+    if codec == ZSTD:
+        return bytes(cramjam.zstd.compress(raw))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
 def decompress(codec: int, body: Buffer) -> bytes:
     """The records section of a batch compressed with `codec` (1..4); raises
     DecompressionError when the bytes do not decompress."""

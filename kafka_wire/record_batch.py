@@ -6,7 +6,6 @@ LogAppendTime) never decodes individual records, so compressed batches pass thro
 
 from __future__ import annotations
 
-import gzip
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import TypeAlias
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.compression import DecompressionError, decompress
+from kafka_wire.compression import DecompressionError, compress, decompress
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
@@ -366,13 +365,11 @@ def build_batch(
 ) -> bytes:
     """Build a valid v2 batch of (key, value) records, all stamped ``timestamp_ms``.
 
-    For tests and tools. ``compression`` may be none or gzip (stdlib only).
+    For tests and tools. ``compression``: any codec id (kafka_wire.compression).
     """
-    if compression not in (COMPRESSION_NONE, COMPRESSION_GZIP):
-        raise ValueError(f"build_batch supports no compression or gzip, not {compression}")
     body = b"".join(_encode_record(i, 0, k, v) for i, (k, v) in enumerate(records))
-    if compression == COMPRESSION_GZIP:
-        body = gzip.compress(body, mtime=0)
+    if compression != COMPRESSION_NONE:
+        body = compress(compression, body)
     attributes = compression | (_TRANSACTIONAL_BIT if transactional else 0)
     count = len(records)
     header = bytearray(
