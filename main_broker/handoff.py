@@ -113,7 +113,10 @@ class Handoff:
                 move = doc.moves.get((name, plog.partition))
                 fenced = plog.owned and move is not None and move.source == self.node_id
                 changed = plog.fenced != fenced
-                if plog.owned and plog.leader_epoch != epoch:
+                # Every main answers Metadata for every partition: all show the epoch the
+                # document holds (a takeover under way holds its own until it finishes).
+                taking_over = move is not None and move.target == self.node_id
+                if plog.leader_epoch != epoch and not (taking_over and plog.leader_epoch > epoch):
                     plog.leader_epoch = epoch
                     changed = True
                 plog.fenced = fenced
