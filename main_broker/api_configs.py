@@ -77,7 +77,8 @@ async def describe_configs(broker: MainBroker, ctx: RequestContext, req: Any) ->
     defaults = broker.config.topic_defaults
     results = []
     for res in req.resources:
-        wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
+        # Null or empty: every key (Kafka's ConfigHelper treats both alike).
+        wanted = set(res.configuration_keys) if res.configuration_keys else None
         out = {**_result(res), "configs": []}
         if res.resource_type == RESOURCE_TOPIC:
             state = broker.store.topics.get(res.resource_name)

@@ -13,6 +13,15 @@ import trio
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 
+from kafka_wire.codec import (
+    build_request,
+    build_response,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    parse_request_header,
+)
 from kafka_wire.compression import GZIP, LZ4, SNAPPY, ZSTD, compress, decompress
 from kafka_wire.hot_codecs import ProducePartitionResult
 from kafka_wire.record_batch import (
@@ -26,6 +35,7 @@ from main_broker.confirm import _part_result
 from main_broker.partition_log import PartitionLog
 from main_broker.retention_policy import apply_log_starts, pending_log_starts
 from main_broker.topic_config import EffectiveTopicConfig
+from proxy_broker.relay_plan import plan_relay
 from s3_commit.manifest import Manifest, ObjectRange, StreamKey, StreamManifest
 from shared_wal import WalConfig, WalPosition
 from shared_wal import broker_records as wal_records
@@ -211,3 +221,46 @@ def test_golden_confirm_row_with_record_errors() -> None:
     row = _part_result(refused)
     assert row == [87, -1, -1, -1, "m", [[1, "k"], [3, "k"]]]
     assert msgpack.packb(row, use_bin_type=True).hex() == "9657ffffffa16d929201a16b9203a16b"
+
+
+# -- a proxy's relay of DeleteRecords ------------------------------------------------------------
+
+
+def test_delete_records_is_split_by_leader_and_merged() -> None:
+    def frame(data: dict[str, object]) -> bytes:
+        return encode_request(21, 2, 7, "c", build_request(21, 2, data))
+
+    leaders = {("t", 0): 1, ("t", 1): 2, ("u", 0): 2}
+    parts = [{"partition_index": p, "offset": 10 + p} for p in (0, 1)]
+    request = frame(
+        {
+            "topics": [
+                {"name": "t", "partitions": parts},
+                {"name": "u", "partitions": [{"partition_index": 0, "offset": -1}]},
+            ],
+            "timeout": 30000,
+        }
+    )
+    header = parse_request_header(request)
+    plan = plan_relay(header, request, [1, 2, 3], 3, lambda t, p: leaders.get((t, p)))
+    asked = {}
+    for main, sub in plan.calls:
+        decoded = decode_request(parse_request_header(sub), bytearray(sub))
+        asked[main] = {
+            (t.name, p.partition_index, p.offset) for t in decoded.topics for p in t.partitions
+        }
+    assert asked == {1: {("t", 0, 10)}, 2: {("t", 1, 11), ("u", 0, -1)}}
+    assert plan.merge is not None
+    answers = []
+    for main in sorted(asked):
+        topics: dict[str, list[dict[str, object]]] = {}
+        for name, index, offset in sorted(asked[main]):
+            part = {"partition_index": index, "low_watermark": max(offset, 0), "error_code": 0}
+            topics.setdefault(name, []).append(part)
+        data = {"topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+        answers.append(encode_response(header, build_response(21, 2, data)))
+    _, merged = decode_response(21, 2, plan.merge(answers))
+    got = {
+        (t.name, p.partition_index): p.low_watermark for t in merged.topics for p in t.partitions
+    }
+    assert got == {("t", 0): 10, ("t", 1): 11, ("u", 0): 0}
