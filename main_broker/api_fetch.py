@@ -129,6 +129,8 @@ async def list_offsets(broker: MainBroker, ctx: RequestContext, req: Any) -> dic
                     if entry is not None:
                         found = await _record_offset_at(broker, entry, ts)
                         out["offset"], out["timestamp"] = found
+                        # A batch DeleteRecords cut through: never an offset below the start.
+                        out["offset"] = max(out["offset"], plog.log_start_offset)
             except PartitionReadError as exc:  # logged where the read failed
                 out["error_code"] = exc.error_code
         topics_out.append({"name": topic.name, "partitions": parts_out})

@@ -274,7 +274,18 @@ class PartitionLog:
         return entry
 
     def max_timestamp_entry(self) -> BatchEntry | None:
-        return self.index.max_timestamp_entry(self.high_watermark)
+        entry = self.index.max_timestamp_entry(self.high_watermark)
+        if entry is None or entry.last_offset >= self.log_start_offset:
+            return entry
+        # Below a DeleteRecords start: the largest from the batch holding the start on.
+        best: BatchEntry | None = None
+        entries = self.entries
+        for i in range(self.index.first_index_at(self.log_start_offset), len(entries)):
+            if entries[i].last_offset >= self.high_watermark:
+                break
+            if best is None or entries[i].max_timestamp > best.max_timestamp:
+                best = entries[i]
+        return best
 
     def iter_durable(self) -> Iterator[BatchEntry]:
         return self.index.iter_below(self.high_watermark)

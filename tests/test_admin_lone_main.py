@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -87,6 +87,23 @@ def _produce(
     return errors
 
 
+def _produce_one_batch(bootstrap: str, partition: int, n: int, timestamp: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 500})
+    for i in range(n):
+        producer.produce("t", b"b%d" % i, key=b"k", partition=partition, timestamp=timestamp)
+    assert producer.flush(30) == 0
+
+
+def _offset_for_time(bootstrap: str, partition: int, timestamp: int) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "times"})
+    try:
+        (found,) = consumer.offsets_for_times([TopicPartition("t", partition, timestamp)], 30)
+    finally:
+        consumer.close()
+    offset: int = found.offset
+    return offset
+
+
 def _delete_records(bootstrap: str, partition: int, offset: int) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     tp = TopicPartition("t", partition, offset)
@@ -136,6 +153,11 @@ async def test_lone_main_topic_admin_durable_in_its_wal(tmp_path: Path) -> None:
         assert await trio.to_thread.run_sync(_earliest, bootstrap, 0) == 120
         key = stream_key(p0)
         await _until(lambda: tier.manifests.manifest.streams[key].log_start == 120)
+        # DeleteRecords inside a batch: a timestamp search never answers below the start.
+        stamp = int(time.time() * 1000) - 1000
+        await trio.to_thread.run_sync(_produce_one_batch, bootstrap, 2, 10, stamp)
+        assert await trio.to_thread.run_sync(_delete_records, bootstrap, 2, 5) == 5
+        assert await trio.to_thread.run_sync(_offset_for_time, bootstrap, 2, stamp) == 5
         # A compacted topic refuses keyless records (direct to the main).
         await trio.to_thread.run_sync(_alter, bootstrap, "t", "cleanup.policy", "compact")
         errors = await trio.to_thread.run_sync(_produce, bootstrap, 1, 1, 0, None)

@@ -128,6 +128,18 @@ def test_delete_records_floor_holds_against_objects_and_segments() -> None:
     # A timestamp search never answers below the log start.
     entry = plog.first_batch_at_timestamp(0)
     assert entry is not None and entry.last_offset >= 25
+    assert plog.max_timestamp_entry() is not None
+    # The newest timestamp below the start does not count (ListOffsets max-timestamp).
+    early = PartitionLog("t", 0, T1, EffectiveTopicConfig.from_explicit({}, {}))
+    for i, ts in enumerate((5000, 1000, 2000)):
+        buf = bytearray(build_batch([(b"k", b"x")] * 10, timestamp_ms=ts))
+        entry = early.append(memoryview(buf), parse_batch_header(buf), 0)
+        early.mark_durable(entry, WalPosition("main-1", 0, 100 * i, 100))
+    first = early.max_timestamp_entry()
+    assert first is not None and first.base_offset == 0
+    early.delete_records(12)
+    newest = early.max_timestamp_entry()
+    assert newest is not None and newest.base_offset == 20
     # Past the log end: clamped to it.
     assert plog.delete_records(1000) and plog.log_start_offset == 60
 
