@@ -63,6 +63,29 @@ def replication_error(factor: int) -> str | None:
     )
 
 
+def assignment_error(assignments: list[list[int]], known: set[int]) -> str | None:
+    """Why manual replica assignments are refused (INVALID_REPLICA_ASSIGNMENT)."""
+    for replicas in assignments:
+        if not replicas:
+            return "The manual partition assignment includes an empty replica list."
+        twice = sorted({b for b in replicas if replicas.count(b) > 1})
+        if twice:
+            return f"The manual partition assignment includes the broker {twice[0]} more than once."
+        unknown = sorted(set(replicas) - known)
+        if unknown:
+            return (
+                "The manual partition assignment includes the following broker(s) that are not "
+                f"registered: {unknown}"
+            )
+    return None
+
+
+def _known_nodes(broker: MainBroker) -> set[int]:
+    """The node ids a client may name: the mains and, as clients see them, the zone proxies."""
+    mains = broker.cluster.main_ids if broker.cluster is not None else [broker.config.node_id]
+    return set(mains) | {p.node_id for p in broker.config.zone_proxies}
+
+
 def _uuid(raw: bytes) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
@@ -126,6 +149,10 @@ def _create_error(broker: MainBroker, topic: Any, duplicate: bool) -> tuple[Erro
     assigned = len(topic.assignments) if topic.assignments else None
     if (err := partitions_error(topic.num_partitions, assigned)) is not None:
         return ErrorCode.invalid_partitions, err
+    if topic.assignments:
+        replicas = [list(a.broker_ids) for a in topic.assignments]
+        if (err := assignment_error(replicas, _known_nodes(broker))) is not None:
+            return ErrorCode.invalid_replica_assignment, err
     if not topic.assignments and (err := replication_error(topic.replication_factor)) is not None:
         return ErrorCode.invalid_replication_factor, err
     return None
@@ -206,13 +233,19 @@ async def create_partitions(broker: MainBroker, ctx: RequestContext, req: Any) -
         current = len(state.partitions) if state is not None else None
         assignments = len(topic.assignments) if topic.assignments is not None else None
         error = create_partitions_error(name, current, topic.count, assignments)
+        replicas = [list(a.broker_ids) for a in topic.assignments or ()]
+        if error is None and (err := assignment_error(replicas, _known_nodes(broker))):
+            error = ErrorCode.invalid_replica_assignment, err
         if error is not None:
             result.update(error_code=error[0], error_message=error[1])
             continue
         if req.validate_only:
             continue
+        # An assignment's first broker leads the new partition when it is a main (storage is
+        # shared: the other replicas mean nothing); otherwise the placement decides.
+        preferred = [r[0] for r in replicas] if replicas else None
         try:
-            await broker.create_partitions(name, topic.count)
+            await broker.create_partitions(name, topic.count, preferred)
         except UnknownTopic:
             result.update(
                 error_code=ErrorCode.unknown_topic_or_partition,

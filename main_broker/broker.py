@@ -411,10 +411,13 @@ class MainBroker:
         await self.store.alter_topic_configs(name, configs)
         return configs
 
-    async def create_partitions(self, name: str, count: int) -> None:
-        """Grow the topic to `count` partitions; may raise UnknownTopic or ValueError."""
+    async def create_partitions(
+        self, name: str, count: int, preferred: list[int] | None = None
+    ) -> None:
+        """Grow the topic to `count` partitions (`preferred`: a leader wish per new one); may
+        raise UnknownTopic or ValueError."""
         if self.cluster is not None:
-            await self.cluster.create_partitions(name, count)
+            await self.cluster.create_partitions(name, count, preferred)
         else:
             state = self.store.topics.get(name)
             if state is None:

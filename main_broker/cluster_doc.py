@@ -125,9 +125,16 @@ class ClusterDoc:
         topics = {**self.topics, name: replace(meta, configs=dict(configs))}
         return replace(self, version=self.version + 1, topics=topics)
 
-    def with_partitions(self, name: str, count: int, mains: Sequence[int]) -> ClusterDoc:
+    def with_partitions(
+        self,
+        name: str,
+        count: int,
+        mains: Sequence[int],
+        preferred: Sequence[int] | None = None,
+    ) -> ClusterDoc:
         """CreatePartitions: the topic grows to `count` partitions, the new ones placed on
-        the mains as a topic created with `count` would have them (epoch 0)."""
+        the mains as a topic created with `count` would have them (epoch 0), except where
+        `preferred` (one node id per new partition) names a main."""
         meta = self.topics.get(name)
         if meta is None:
             raise UnknownTopic(name)
@@ -135,6 +142,8 @@ class ClusterDoc:
         if count <= current:
             raise ValueError(f"topic {name} has {current} partitions, not fewer than {count}")
         added = place_partitions(name, count - current, mains, first=current)
+        if preferred is not None:
+            added = [p if p in mains else a for p, a in zip(preferred, added, strict=True)]
         grown = replace(
             meta,
             leaders=(*meta.leaders, *added),

@@ -239,10 +239,15 @@ class ClusterRole:
         self._poke_peers()
         return result
 
-    async def create_partitions(self, name: str, count: int) -> None:
-        """Grow the topic to `count` partitions, placed on the mains; raises UnknownTopic,
-        or ValueError when it has `count` or more already."""
-        await self.meta.update(lambda doc: doc.with_partitions(name, count, self.main_ids))
+    async def create_partitions(
+        self, name: str, count: int, preferred: list[int] | None = None
+    ) -> None:
+        """Grow the topic to `count` partitions, placed on the mains (`preferred`: a leader
+        wish per new partition); raises UnknownTopic, or ValueError when it has `count` or
+        more already."""
+        await self.meta.update(
+            lambda doc: doc.with_partitions(name, count, self.main_ids, preferred)
+        )
         self._poke_peers()
 
     def producer_id(self, local_id: int) -> int:

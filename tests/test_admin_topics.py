@@ -27,6 +27,7 @@ from tests.zone_fleet import (
     consume_partition,
     create_topic,
     start_up_fleet,
+    true_leader_zones,
     zone_client_id,
 )
 
@@ -161,6 +162,27 @@ def test_create_partitions_errors_and_validate_only(zone_fleet: ZoneFleet) -> No
         admin.create_partitions([NewPartitions(f"{topic}-missing", 4)])[f"{topic}-missing"]
     )
     assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_create_partitions_with_manual_assignments(zone_fleet: ZoneFleet) -> None:
+    """An assignment's first broker leads the new partition when it is a main; an unknown
+    broker id is INVALID_REPLICA_ASSIGNMENT."""
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 1)
+    admin = _admin(zone_fleet)
+    main = zone_fleet.config.mains[-1].broker
+    bad = admin.create_partitions([NewPartitions(topic, 3, [[main.node_id], [999]])])
+    assert _error(bad[topic]).code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    wrong = admin.create_partitions([NewPartitions(topic, 3, [[main.node_id]])])
+    assert _error(wrong[topic]).code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assignment = [[main.node_id], [main.node_id]]
+    admin.create_partitions([NewPartitions(topic, 3, assignment)])[topic].result(timeout=30)
+    _wait_partitions(zone_fleet, topic, 3)
+    deadline = time.monotonic() + 10
+    while (zones := true_leader_zones(zone_fleet, topic)).get(2) != main.zone:
+        assert time.monotonic() < deadline, zones
+        time.sleep(0.2)
+    assert zones[1] == zones[2] == main.zone
 
 
 def test_create_partitions_kafka_python_and_aiokafka(zone_fleet: ZoneFleet) -> None:

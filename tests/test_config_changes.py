@@ -8,6 +8,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from main_broker.api_topics_admin import (
+    assignment_error,
     create_partitions_error,
     partitions_error,
     replication_error,
@@ -217,3 +218,14 @@ def test_cluster_doc_grows_a_topic_and_changes_its_configs() -> None:
         changed.with_topic_configs("u", {})
     # The document's format is unchanged: the bytes round-trip.
     assert ClusterDoc.from_bytes(changed.to_bytes()) == changed
+    # Preferred leaders: a main is taken, any other node id falls back to the placement.
+    wished = doc.with_partitions("t", 4, mains, [3, 101])
+    assert wished.topics["t"].leaders[2:] == (3, place_partitions("t", 4, mains)[3])
+
+
+def test_manual_assignment_rules() -> None:
+    known = {1, 2, 3, 101}
+    assert assignment_error([[1], [2, 101]], known) is None
+    assert "empty replica list" in (assignment_error([[1], []], known) or "")
+    assert "broker 2 more than once" in (assignment_error([[2, 2]], known) or "")
+    assert "not registered: [7, 9]" in (assignment_error([[1, 9, 7]], known) or "")
