@@ -153,13 +153,14 @@ def validate_target(replicas: list[int], mains: Iterable[int], allow_rf_change: 
                 "broker is registered.",
             )
     if len(replicas) != 1:
-        code_msg = (
-            "zonefleet keeps one replica per partition (its data is in the shared WAL and "
-            f"object storage): the replica list must name one main broker, not {len(replicas)}"
-        )
         if not allow_rf_change:
-            code_msg = "The replication factor is changed from 1 to " + str(len(replicas))
-        raise MoveRefused(INVALID_REPLICATION_FACTOR, code_msg)
+            message = f"The replication factor is changed from 1 to {len(replicas)}"
+        else:
+            message = (
+                "zonefleet keeps one replica per partition (its data is in the shared WAL and "
+                f"object storage): name one main broker, not {len(replicas)}"
+            )
+        raise MoveRefused(INVALID_REPLICATION_FACTOR, message)
     return replicas[0]
 
 

@@ -267,13 +267,20 @@ class ProxyBroker:
     # -- mirror plumbing -----------------------------------------------------------------------
 
     def owner_of(self, topic: str, partition: int) -> int | None:
-        """The main that leads the partition, as the mains published it."""
+        """The main that leads the partition, as the mains published it. After a
+        reassignment the mains' views differ until each has read the cluster document (and
+        a dead main's mirror keeps its last view): the highest leader epoch wins, then a
+        connected mirror's view."""
+        best: tuple[int, bool] | None = None
+        found: int | None = None
         for node, mirror in self.mirrors.items():
             mt = mirror.topics.get(topic)
             if mt is not None and 0 <= partition < len(mt.partitions):
-                leader = mt.leaders[partition] if partition < len(mt.leaders) else node
-                return leader if leader in self.mirrors else None
-        return None
+                rank = (mt.partitions[partition].leader_epoch, mirror.connected)
+                if best is None or rank > best:
+                    best = rank
+                    found = mt.leaders[partition] if partition < len(mt.leaders) else node
+        return found if found in self.mirrors else None
 
     def leader_hints(
         self, partitions: Sequence[PartitionKey]
@@ -302,9 +309,10 @@ class ProxyBroker:
     def _leader_view(self, mt: MirrorTopic) -> MirrorTopic:
         """The topic with each partition taken from its leader's mirror."""
         view = MirrorTopic(mt.name, mt.topic_id, mt.configs)
-        view.leaders = mt.leaders
         for p, part in enumerate(mt.partitions):
-            leader = mt.leaders[p] if p < len(mt.leaders) else part.owner
+            owner = self.owner_of(mt.name, p)
+            leader = owner if owner is not None else part.owner
+            view.leaders.append(leader)
             lt = self.mirrors[leader].topics.get(mt.name) if leader in self.mirrors else None
             if lt is not None and lt.topic_id == mt.topic_id and p < len(lt.partitions):
                 view.partitions.append(lt.partitions[p])

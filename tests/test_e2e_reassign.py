@@ -6,15 +6,17 @@ restart after the move (the new leader and every record stay)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, ElectionType, KafkaError, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka import TopicPartition
@@ -28,6 +30,7 @@ from kafka.errors import (
 
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
+    SplitFleet,
     ZoneFleet,
     consume_confluent,
     create_topic,
@@ -151,8 +154,6 @@ def test_admin_answers(fleet: ZoneFleet) -> None:
     cadmin = AdminClient(
         {"bootstrap.servers": zfleet.bootstrap("az2"), "client.id": zone_client_id("az2")}
     )
-    from confluent_kafka import ElectionType
-
     result = cadmin.elect_leaders(ElectionType.PREFERRED, [CTopicPartition(topic, 0)]).result(
         timeout=30
     )
@@ -319,3 +320,92 @@ def test_restart_keeps_the_new_leader_and_records(running: dict[str, Any], fleet
     assert producer.flush(30) == 0
     got = consume_confluent(zfleet.bootstrap("az3"), "az3", topic, 1, count + 100)
     assert len(got) == count + 100
+
+
+@pytest.fixture
+def split_fleet(tmp_path: Path) -> Iterator[SplitFleet]:
+    fleet = SplitFleet(tmp_path / "fleet")
+    # A short session: a dead main is noticed (and its partition taken over) in seconds;
+    # uploads every second, so the dead main's history is partly in objects.
+    text = fleet.path.read_text()
+    text, n = re.subn(
+        r"(?m)^\[metadata\]\n",
+        "[metadata]\nregistration_interval_s = 1.0\nsession_timeout_s = 4.0\n",
+        text,
+    )
+    assert n == 1
+    fleet.path.write_text(text.replace("upload_interval_s = 60.0", "upload_interval_s = 1.0"))
+    fleet.start()
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+
+
+def test_move_off_a_killed_main(split_fleet: SplitFleet) -> None:
+    """kill -9 of the leading main under acks=all produce; the partition is reassigned to a
+    live main, which takes it over from the dead main's WAL without a seal (after the session
+    timeout): every acknowledged record is read exactly once, and produce goes on."""
+    zfleet = split_fleet.fleet
+    topic = f"dead-{uuid.uuid4().hex[:8]}"
+    create_topic(zfleet, "az1", topic, 1)
+    source, _ = _leader(zfleet, topic, 0)
+    target = _other_main(zfleet, source)
+    live_zone = next(m.broker.zone for m in zfleet.config.mains if m.broker.node_id == target)
+    producer = Producer(
+        {
+            "bootstrap.servers": zfleet.bootstrap(live_zone),
+            "client.id": zone_client_id(live_zone),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "message.timeout.ms": 120000,
+        }
+    )
+    acked: list[bytes] = []
+    failed: list[Any] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        (failed.append(err) if err is not None else acked.append(msg.value()))
+
+    def produce(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            producer.produce(topic, f"d-{i}".encode(), on_delivery=delivered)
+            producer.poll(0)
+            if i % 100 == 0:
+                time.sleep(0.01)
+
+    produce(0, 3000)
+    deadline = time.monotonic() + 30
+    while len(acked) < 1500:  # kill with some acknowledged and some in flight
+        assert time.monotonic() < deadline, len(acked)
+        producer.poll(0.01)
+    killed_at = len(acked)
+    next(m for m in split_fleet.mains if m.node_id == source).kill()
+    produce(3000, 500)  # in flight while the leader is gone: retried until it moves
+    admin = KafkaAdminClient(
+        bootstrap_servers=zfleet.bootstrap(live_zone),
+        client_id=zone_client_id(live_zone),
+        request_timeout_ms=30000,
+    )
+    try:
+        got = admin.alter_partition_reassignments({TopicPartition(topic, 0): [target]})
+        assert got == {TopicPartition(topic, 0): None}
+        started = time.monotonic()
+        while admin.list_partition_reassignments():
+            assert time.monotonic() - started < 60, "the move off the dead main never ended"
+            time.sleep(0.2)
+        took = time.monotonic() - started
+    finally:
+        admin.close()
+    print(f"\nmove off killed main {source} to {target}: {took:.2f} s")
+    produce(3500, 500)
+    assert producer.flush(120) == 0
+    assert not failed, failed[:3]
+    assert killed_at > 0 and len(acked) == 4000
+    for zone in zfleet.zones:
+        got = consume_confluent(zfleet.bootstrap(zone), zone, topic, 1, len(acked), timeout=60)
+        values = [v for _, _, v in got]
+        assert len(values) == len(set(values)), f"{zone}: a record was read twice"
+        assert set(values) == set(acked), (zone, len(set(acked) - set(values)))
+        assert [o for _, o, _ in got] == list(range(len(got)))
