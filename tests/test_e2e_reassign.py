@@ -164,22 +164,32 @@ def test_admin_answers(fleet: ZoneFleet) -> None:
     assert everything == {}
 
 
-def test_move_under_load(running: dict[str, Any]) -> None:
-    zfleet: ZoneFleet = running["fleet"]
-    topic = f"move-{uuid.uuid4().hex[:8]}"
-    create_topic(zfleet, "az1", topic, 1)
-    source, epoch = _leader(zfleet, topic, 0)
-    assert epoch == 0
-    target = _other_main(zfleet, source)
+class _Load:
+    """An idempotent acks=all producer (zone az2) and a consumer group member (az3) on
+    partition 0 of `topic`, in threads, until `finish`."""
 
-    acked: list[bytes] = []
-    failed: list[Any] = []
-    stop = threading.Event()
+    def __init__(self, fleet: ZoneFleet, topic: str) -> None:
+        self.fleet = fleet
+        self.topic = topic
+        self.acked: list[bytes] = []
+        self.failed: list[Any] = []
+        self.consumed: list[tuple[int, bytes]] = []
+        self.stop = threading.Event()
+        self.produced = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._produce, daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+        ]
 
-    def produce() -> None:
+    def start(self) -> _Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _produce(self) -> None:
         producer = Producer(
             {
-                "bootstrap.servers": zfleet.bootstrap("az2"),
+                "bootstrap.servers": self.fleet.bootstrap("az2"),
                 "client.id": zone_client_id("az2"),
                 "enable.idempotence": True,
                 "acks": "all",
@@ -189,87 +199,95 @@ def test_move_under_load(running: dict[str, Any]) -> None:
         )
 
         def delivered(err: Any, msg: Any) -> None:
-            if err is None:
-                acked.append(msg.value())
-            else:
-                failed.append(err)
+            (self.failed.append(err) if err is not None else self.acked.append(msg.value()))
 
-        i = 0
-        while not stop.is_set():
-            producer.produce(topic, f"r-{i}".encode(), on_delivery=delivered)
-            i += 1
-            producer.poll(0)
-            if i % 50 == 0:
-                time.sleep(0.01)
-        assert producer.flush(60) == 0
+        try:
+            i = 0
+            while not self.stop.is_set():
+                producer.produce(self.topic, f"r-{i}".encode(), on_delivery=delivered)
+                i += 1
+                producer.poll(0)
+                if i % 50 == 0:
+                    time.sleep(0.01)
+            assert producer.flush(60) == 0
+        finally:
+            self.produced.set()
 
-    consumed: list[tuple[int, bytes]] = []
-
-    def consume() -> None:
+    def _consume(self) -> None:
         consumer = Consumer(
             {
-                "bootstrap.servers": zfleet.bootstrap("az3"),
+                "bootstrap.servers": self.fleet.bootstrap("az3"),
                 "client.id": zone_client_id("az3"),
-                "group.id": f"g-{topic}",
+                "group.id": f"g-{self.topic}",
                 "auto.offset.reset": "earliest",
             }
         )
-        consumer.subscribe([topic])
+        consumer.subscribe([self.topic])
         idle_since: float | None = None
         try:
             while True:
                 msg = consumer.poll(0.2)
-                if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
-                    if stop.is_set() and producer_done.is_set():
+                error = msg.error() if msg is not None else None
+                if msg is None or (error is not None and error.code() == KafkaError._PARTITION_EOF):
+                    if self.produced.is_set():
                         idle_since = idle_since or time.monotonic()
-                        if len(consumed) >= len(acked) or time.monotonic() - idle_since > 20:
+                        caught_up = len(self.consumed) >= len(self.acked)
+                        if caught_up or time.monotonic() - idle_since > 20:
                             return
                     continue
-                assert msg.error() is None, msg.error()
+                assert error is None, error
                 idle_since = None
-                consumed.append((msg.offset(), msg.value()))
+                self.consumed.append((msg.offset(), msg.value()))
         finally:
             consumer.close()
 
-    producer_done = threading.Event()
+    def finish(self) -> None:
+        """Stop producing; once the consumer caught up, check that every acknowledged record
+        was consumed exactly once, at dense offsets from 0."""
+        self.stop.set()
+        for t in self.threads:
+            t.join(120)
+        assert not self.failed, self.failed[:3]
+        values = [v for _, v in self.consumed]
+        assert len(values) == len(set(values)), "a record was consumed twice"
+        assert set(values) == set(self.acked), (len(set(self.acked) - set(values)), len(self.acked))
+        offsets = [o for o, _ in self.consumed]
+        assert offsets == list(range(len(offsets))), "offsets not dense from 0"
 
-    def produce_then_flag() -> None:
-        try:
-            produce()
-        finally:
-            producer_done.set()
 
-    threads = [threading.Thread(target=produce_then_flag), threading.Thread(target=consume)]
-    for t in threads:
-        t.start()
+def _move(fleet: ZoneFleet, topic: str, target: int) -> float:
+    """AlterPartitionReassignments through az1's proxy; seconds until the move finished."""
+    admin = _admin(fleet, "az1")
+    try:
+        got = admin.alter_partition_reassignments({TopicPartition(topic, 0): [target]})
+        assert got == {TopicPartition(topic, 0): None}
+        return _wait_moved(admin, fleet, topic, target)
+    finally:
+        admin.close()
+
+
+def test_move_under_load(running: dict[str, Any]) -> None:
+    zfleet: ZoneFleet = running["fleet"]
+    topic = f"move-{uuid.uuid4().hex[:8]}"
+    create_topic(zfleet, "az1", topic, 1)
+    source, epoch = _leader(zfleet, topic, 0)
+    assert epoch == 0
+    target = _other_main(zfleet, source)
+    load = _Load(zfleet, topic).start()
     try:
         time.sleep(4)
-        before = len(acked)
-        admin = _admin(zfleet, "az1")
-        try:
-            got = admin.alter_partition_reassignments({TopicPartition(topic, 0): [target]})
-            assert got == {TopicPartition(topic, 0): None}
-            took = _wait_moved(admin, zfleet, topic, target)
-        finally:
-            admin.close()
+        before = len(load.acked)
+        took = _move(zfleet, topic, target)
         handoff = _status(zfleet, target)["cluster"]["reassignment"]
         print(f"\nmove of {topic}-0 from main {source} to {target}: {took:.2f} s, {handoff}")
         assert handoff["completed"] >= 1 and handoff["last_duration_s"] < 10
         time.sleep(4)
-        after = len(acked)
+        after = len(load.acked)
     finally:
-        stop.set()
-        for t in threads:
-            t.join(120)
-    assert not failed, failed[:3]
+        load.finish()
     assert before > 0 and after > before, (before, after)
     assert _leader(zfleet, topic, 0) == (target, 1)
     assert took < 15, took
-    values = [v for _, v in consumed]
-    assert len(values) == len(set(values)), "a record was consumed twice"
-    assert set(values) == set(acked), (len(set(acked) - set(values)), len(acked))
-    offsets = [o for o, _ in consumed]
-    assert offsets == list(range(len(offsets))), "offsets not dense from 0"
     # Every zone's clients see the new epoch, whichever main their proxy relays Metadata to.
     for zone in zfleet.zones:
         raw = RawKafka(zfleet.bootstrap(zone))
@@ -287,8 +305,30 @@ def test_move_under_load(running: dict[str, Any]) -> None:
         time.sleep(0.2)
     assert named in (manifests / f"{target}.json").read_text()
     took_over = [line for line in running["proc"].output if f"took {topic}-0 over" in line]
-    print(took_over, len(acked))
-    _MOVED[topic] = (target, len(acked))
+    print(took_over, len(load.acked))
+    _MOVED[topic] = (target, len(load.acked))
+
+
+def test_move_there_and_back_under_load(fleet: ZoneFleet) -> None:
+    """A→B→C→A: each target takes over a log that a takeover started (its WAL's takeover
+    record), and A gets back a partition whose old copy it still holds."""
+    topic = f"back-{uuid.uuid4().hex[:8]}"
+    create_topic(fleet, "az1", topic, 1)
+    a, _ = _leader(fleet, topic, 0)
+    b, c = (m.broker.node_id for m in fleet.config.mains if m.broker.node_id != a)
+    load = _Load(fleet, topic).start()
+    counts = []
+    try:
+        for epoch, target in enumerate((b, c, a), start=1):
+            time.sleep(2)
+            counts.append(len(load.acked))
+            assert _move(fleet, topic, target) < 15
+            assert _leader(fleet, topic, 0) == (target, epoch)
+        time.sleep(2)
+        counts.append(len(load.acked))
+    finally:
+        load.finish()
+    assert counts == sorted(set(counts)), counts  # produce went on between the moves
 
 
 _MOVED: dict[str, tuple[int, int]] = {}
