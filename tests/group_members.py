@@ -1,0 +1,144 @@
+"""Consumer group members for the group tests: a confluent-kafka consumer in its own thread that
+records what it read and every assignment change, and commits what it read before it gives a
+partition up, so that a group's members together read every record exactly once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from tests.zone_fleet import Record, confluent_record, zone_client_id
+
+# (monotonic time, member name, "assign" | "revoke" | "lost", partitions)
+Event = tuple[float, str, str, frozenset[int]]
+
+
+class ConfluentMember(threading.Thread):
+    """Polls until `stop` is set (then commits and closes), or until `leave_without_close`."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        zone: str,
+        group: str,
+        topics: Sequence[str],
+        events: list[Event] | None = None,
+        **config: Any,
+    ) -> None:
+        super().__init__(daemon=True, name=name)
+        self.member = name
+        self.group = group
+        self.records: list[Record] = []
+        self.events: list[Event] = events if events is not None else []
+        self.errors: list[KafkaError] = []
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+        self.abandon = threading.Event()  # stop without committing or closing (a crash)
+        self.owned: set[int] = set()
+        self._next: dict[int, int] = {}  # partition -> offset after the last one read
+        self._lock = threading.Lock()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": zone_client_id(zone),
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **config,
+            }
+        )
+        self.topic = topics[0]
+        self.consumer.subscribe(
+            list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._lost
+        )
+
+    def _event(self, kind: str, parts: list[TopicPartition]) -> None:
+        with self._lock:
+            parts_set = frozenset(p.partition for p in parts)
+            self.events.append((time.monotonic(), self.member, kind, parts_set))
+
+    def _on_assign(self, _consumer: Any, parts: list[TopicPartition]) -> None:
+        self._event("assign", parts)
+        self.owned |= {p.partition for p in parts}
+
+    def _on_revoke(self, consumer: Any, parts: list[TopicPartition]) -> None:
+        self._commit(consumer, [p.partition for p in parts])
+        self._event("revoke", parts)
+        self.owned -= {p.partition for p in parts}
+
+    def _lost(self, _consumer: Any, parts: list[TopicPartition]) -> None:
+        self._event("lost", parts)
+        self.owned -= {p.partition for p in parts}
+
+    def _commit(self, consumer: Any, partitions: list[int]) -> None:
+        offsets = [
+            TopicPartition(self.topic, p, self._next[p]) for p in partitions if p in self._next
+        ]
+        if offsets:
+            consumer.commit(offsets=offsets, asynchronous=False)
+
+    def assigned(self) -> set[int]:
+        return set(self.owned)
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set() and not self.abandon.is_set():
+                msg = self.consumer.poll(0.1)
+                if msg is None:
+                    continue
+                if msg.error() is not None and msg.error().code() != KafkaError._PARTITION_EOF:
+                    self.errors.append(msg.error())
+                    if msg.error().fatal():
+                        return
+                    continue
+                record = confluent_record(msg)
+                if record is not None:
+                    self.records.append(record)
+                    self._next[record[0]] = record[1] + 1
+            if self.stop.is_set():
+                self._commit(self.consumer, sorted(self.owned))
+                self.consumer.close()
+        except BaseException as exc:
+            self.error = exc
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.05)
+
+
+def stop_all(members: Sequence[ConfluentMember]) -> None:
+    for m in members:
+        m.stop.set()
+    for m in members:
+        m.join(30)
+
+
+def check_exclusive_ownership(events: list[Event]) -> None:
+    """No partition is ever held by two members at once: each assignment of a partition comes
+    after its previous holder revoked (or lost) it."""
+    holder: dict[int, str] = {}
+    for _, member, kind, parts in sorted(events):
+        for p in parts:
+            if kind == "assign":
+                assert holder.get(p) in (None, member), (
+                    f"partition {p} given to {member} while {holder[p]} still held it"
+                )
+                holder[p] = member
+            elif holder.get(p) == member:
+                del holder[p]
+
+
+def by_member(members: Sequence[ConfluentMember]) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = defaultdict(set)
+    for m in members:
+        out[m.member] |= {p for p, _, _ in m.records}
+    return dict(out)

@@ -1,0 +1,691 @@
+"""Group and group-offset APIs through zone proxies, with real clients (issue 5, "Groups").
+
+One `zonefleet up --zones 3` for the module; every client uses a zone proxy's bootstrap (raw
+requests that must reach one main go to that main's own port). Covered: DeleteGroups and
+OffsetDelete (errors, and durability across restarts of the coordinating mains), ListGroups
+filters, DescribeGroups authorized operations, commit metadata and leader epochs, static
+membership, cooperative-sticky rebalancing, consumer lag, and the same offset scenarios with
+confluent-kafka, kafka-python and aiokafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import OffsetAndMetadata as AIOOffsetAndMetadata
+from aiokafka.structs import TopicPartition as AIOTopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AclOperation, AdminClient, OffsetSpec
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import TopicPartition as KTopicPartition
+from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata
+from kio.schema.errors import ErrorCode
+
+from tests.fleet_process import FleetProcess
+from tests.group_members import (
+    ConfluentMember,
+    Event,
+    check_exclusive_ownership,
+    stop_all,
+    wait_until,
+)
+from tests.raw_kafka import RawKafka
+from tests.test_fleet_supervisor import node_pids
+from tests.zone_fleet import (
+    ZoneFleet,
+    check_exactly_once_in_order,
+    create_topic,
+    produce_confluent,
+    start_up_fleet,
+    zone_client_id,
+)
+from zone_router import group_coordinator
+
+INT32_MIN = -(2**31)
+
+
+@pytest.fixture(scope="module")
+def fleet_proc(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[FleetProcess, ZoneFleet]]:
+    proc, fleet = start_up_fleet(tmp_path_factory.mktemp("groups"))
+    try:
+        yield proc, fleet
+    finally:
+        assert proc.stop() == 0, "".join(proc.output[-40:])
+
+
+@pytest.fixture(scope="module")
+def zone_fleet(fleet_proc: tuple[FleetProcess, ZoneFleet]) -> ZoneFleet:
+    return fleet_proc[1]
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+_ADMINS: dict[str, AdminClient] = {}
+
+
+def _admin(fleet: ZoneFleet, zone: str = "az1") -> AdminClient:
+    """One AdminClient per zone bootstrap, kept: a collected client never resolves its futures."""
+    bootstrap = fleet.bootstrap(zone)
+    if bootstrap not in _ADMINS:
+        _ADMINS[bootstrap] = AdminClient(
+            {"bootstrap.servers": bootstrap, "client.id": zone_client_id(zone)}
+        )
+    return _ADMINS[bootstrap]
+
+
+def _mains(fleet: ZoneFleet) -> dict[int, str]:
+    """Main node id -> its own Kafka bootstrap."""
+    return {
+        m.broker.node_id: f"{m.broker.advertised[0]}:{m.broker.advertised[1]}"
+        for m in fleet.config.mains
+    }
+
+
+def _coordinator(fleet: ZoneFleet, group: str) -> int:
+    return group_coordinator(group, sorted(_mains(fleet)))
+
+
+def _error_code(future: object) -> int:
+    with pytest.raises(KafkaException) as info:
+        future.result(timeout=30)  # type: ignore[attr-defined]
+    return int(info.value.args[0].code())
+
+
+def _commit_standalone(
+    fleet: ZoneFleet, zone: str, group: str, offsets: dict[tuple[str, int], int]
+) -> None:
+    """Commit for a group nobody is a member of (generation -1), as admin tools do."""
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    )
+    (future,) = _admin(fleet, zone).alter_consumer_group_offsets([request]).values()
+    result = future.result(timeout=30)
+    assert all(tp.error is None for tp in result.topic_partitions), result.topic_partitions
+
+
+def _committed(fleet: ZoneFleet, zone: str, group: str) -> dict[tuple[str, int], int]:
+    request = ConsumerGroupTopicPartitions(group)
+    (future,) = _admin(fleet, zone).list_consumer_group_offsets([request]).values()
+    return {
+        (tp.topic, tp.partition): tp.offset for tp in future.result(timeout=30).topic_partitions
+    }
+
+
+def _restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> None:
+    """SIGTERM one main; `up` restarts it. Returns once it answers Kafka requests again."""
+    assert proc.proc is not None
+    supervisor = proc.proc.pid
+    key = f"main-broker {node_id}"
+    pid = node_pids(supervisor)[key]
+    os.kill(pid, signal.SIGTERM)
+    wait_until(
+        lambda: node_pids(supervisor).get(key) not in (None, pid),
+        60,
+        lambda: f"main {node_id} was not restarted",
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            raw = RawKafka(_mains(fleet)[node_id])
+            raw.request(3, 12, {"topics": [], "allow_auto_topic_creation": False})
+            raw.close()
+            return
+        except Exception:
+            assert time.monotonic() < deadline, f"main {node_id} does not answer"
+            time.sleep(0.3)
+
+
+def _one_group_per_main(fleet: ZoneFleet, prefix: str) -> dict[int, str]:
+    groups: dict[int, str] = {}
+    while len(groups) < len(_mains(fleet)):
+        g = _name(prefix)
+        groups.setdefault(_coordinator(fleet, g), g)
+    return groups
+
+
+# -- DeleteGroups and OffsetDelete ------------------------------------------------------------
+
+
+def test_delete_groups_errors_and_durable_deletion(
+    fleet_proc: tuple[FleetProcess, ZoneFleet],
+) -> None:
+    proc, fleet = fleet_proc
+    topic = _name("del")
+    create_topic(fleet, "az1", topic, 3)
+    produce_confluent(fleet.bootstrap("az1"), "az1", topic, 30, "del")
+    # One group on every main: a single DeleteGroups is split by coordinator and merged.
+    groups = _one_group_per_main(fleet, "dg")
+    for g in groups.values():
+        _commit_standalone(fleet, "az2", g, {(topic, 0): 5, (topic, 1): 7})
+    kept = _name("kept")
+    _commit_standalone(fleet, "az2", kept, {(topic, 2): 9})
+    live = ConfluentMember("live", fleet.bootstrap("az3"), "az3", _name("live"), [topic])
+    live.start()
+    try:
+        wait_until(lambda: live.assigned() == {0, 1, 2}, 45, lambda: f"{live.assigned()}")
+        missing = _name("missing")
+        futures = _admin(fleet, "az2").delete_consumer_groups([*groups.values(), missing])
+        # (The future map is confluent's own: it resolves the futures it still holds.)
+        assert _error_code(futures[missing]) == KafkaError.GROUP_ID_NOT_FOUND
+        assert [futures[g].result(timeout=30) for g in groups.values()] == [None] * len(groups)
+        (busy,) = _admin(fleet, "az1").delete_consumer_groups([live.group]).values()
+        assert _error_code(busy) == KafkaError.NON_EMPTY_GROUP
+    finally:
+        stop_all([live])
+    for g in groups.values():
+        assert _committed(fleet, "az3", g) == {}
+    # NOT_COORDINATOR from a main that does not coordinate the group (asked directly).
+    other = next(n for n in _mains(fleet) if n != _coordinator(fleet, kept))
+    raw = RawKafka(_mains(fleet)[other])
+    resp = raw.request(42, 2, {"groups_names": [kept, ""]})
+    raw.close()
+    assert [(r.group_id, r.error_code) for r in resp.results] == [
+        (kept, ErrorCode.not_coordinator),
+        ("", ErrorCode.invalid_group_id),
+    ]
+    # Durable: after restarting every main the deleted groups stay deleted, the other stays.
+    for node in sorted(_mains(fleet)):
+        _restart_main(proc, fleet, node)
+    assert _committed(fleet, "az1", kept) == {(topic, 2): 9}
+    for g in groups.values():
+        assert _committed(fleet, "az1", g) == {}
+        (again,) = _admin(fleet, "az1").delete_consumer_groups([g]).values()
+        assert _error_code(again) == KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_offset_delete_refuses_subscribed_topics_and_is_durable(
+    fleet_proc: tuple[FleetProcess, ZoneFleet],
+) -> None:
+    proc, fleet = fleet_proc
+    subscribed, other = _name("od-sub"), _name("od-other")
+    for t in (subscribed, other):
+        create_topic(fleet, "az2", t, 2)
+    group = _name("od")
+    _commit_standalone(fleet, "az1", group, {(subscribed, 0): 3, (other, 0): 4, (other, 1): 6})
+    member = ConfluentMember("m", fleet.bootstrap("az2"), "az2", group, [subscribed])
+    member.start()
+    admin = KafkaAdminClient(
+        bootstrap_servers=fleet.bootstrap("az3"), client_id=zone_client_id("az3")
+    )
+    try:
+        wait_until(lambda: member.assigned() == {0, 1}, 45, lambda: f"{member.assigned()}")
+        result = admin.delete_group_offsets(
+            group, [KTopicPartition(subscribed, 0), KTopicPartition(other, 0)]
+        )
+        errors = {tp.topic: err.errno for tp, err in result.items()}
+        assert errors == {
+            subscribed: ErrorCode.group_subscribed_to_topic,
+            other: ErrorCode.none,
+        }
+    finally:
+        stop_all([member])
+    assert _committed(fleet, "az1", group) == {(subscribed, 0): 3, (other, 1): 6}
+    # Unknown group and a group with members of a non-consumer protocol: raw OffsetDelete.
+    raw = RawKafka(fleet.bootstrap("az1"))
+    resp = raw.request(
+        47,
+        0,
+        {
+            "group_id": _name("none"),
+            "topics": [{"name": other, "partitions": [{"partition_index": 1}]}],
+        },
+    )
+    assert resp.error_code == ErrorCode.group_id_not_found
+    raw.close()
+    _restart_main(proc, fleet, _coordinator(fleet, group))
+    assert _committed(fleet, "az2", group) == {(subscribed, 0): 3, (other, 1): 6}
+    admin.close()
+
+
+# -- ListGroups and DescribeGroups ------------------------------------------------------------
+
+
+def test_list_groups_filters_and_describe_authorized_operations(zone_fleet: ZoneFleet) -> None:
+    fleet = zone_fleet
+    topic = _name("lg")
+    create_topic(fleet, "az1", topic, 2)
+    stable, empty = _name("stable"), _name("empty")
+    _commit_standalone(fleet, "az3", empty, {(topic, 0): 1})
+    member = ConfluentMember("m", fleet.bootstrap("az1"), "az1", stable, [topic])
+    member.start()
+    try:
+        wait_until(lambda: member.assigned() == {0, 1}, 45, lambda: f"{member.assigned()}")
+        admin = _admin(fleet, "az2")
+
+        def listed(**kw: object) -> dict[str, tuple[ConsumerGroupState, ConsumerGroupType]]:
+            result = admin.list_consumer_groups(**kw).result(timeout=30)
+            assert not result.errors
+            return {
+                g.group_id: (g.state, g.type) for g in result.valid if g.group_id in (stable, empty)
+            }
+
+        assert listed() == {
+            stable: (ConsumerGroupState.STABLE, ConsumerGroupType.CLASSIC),
+            empty: (ConsumerGroupState.EMPTY, ConsumerGroupType.CLASSIC),
+        }
+        assert set(listed(states={ConsumerGroupState.STABLE})) == {stable}
+        assert set(listed(states={ConsumerGroupState.EMPTY})) == {empty}
+        assert listed(types={ConsumerGroupType.CONSUMER}) == {}
+        assert set(listed(types={ConsumerGroupType.CLASSIC})) == {stable, empty}
+        kp = KafkaAdminClient(bootstrap_servers=fleet.bootstrap("az3"))
+        names = {g["group_id"] for g in kp.list_groups(states_filter=["Stable"])}
+        assert stable in names and empty not in names
+        kp.close()
+
+        with_ops = admin.describe_consumer_groups([stable], include_authorized_operations=True)
+        d = with_ops[stable].result(timeout=30)
+        assert d.state == ConsumerGroupState.STABLE
+        assert set(d.authorized_operations) == {
+            AclOperation.READ,
+            AclOperation.DELETE,
+            AclOperation.DESCRIBE,
+        }
+        assert [
+            sorted(tp.partition for tp in m.assignment.topic_partitions) for m in d.members
+        ] == [[0, 1]]
+        without = admin.describe_consumer_groups([stable])[stable].result(timeout=30)
+        assert without.authorized_operations is None
+        # On the wire: INT32_MIN unless asked for.
+        raw = RawKafka(fleet.bootstrap("az2"))
+        for include, ops in ((False, INT32_MIN), (True, (1 << 3) | (1 << 6) | (1 << 8))):
+            resp = raw.request(
+                15, 5, {"groups": [stable], "include_authorized_operations": include}
+            )
+            assert [g.authorized_operations for g in resp.groups] == [ops]
+        raw.close()
+    finally:
+        stop_all([member])
+
+
+# -- commit metadata and leader epochs ----------------------------------------------------------
+
+
+def test_commit_metadata_and_leader_epoch_with_every_client(zone_fleet: ZoneFleet) -> None:
+    fleet = zone_fleet
+    topic = _name("meta")
+    create_topic(fleet, "az1", topic, 3)
+    produce_confluent(fleet.bootstrap("az1"), "az1", topic, 30, "meta")
+
+    # confluent-kafka: commit with metadata and leader epoch, read back by another client.
+    group = _name("meta-ck")
+    c = Consumer({"bootstrap.servers": fleet.bootstrap("az1"), "group.id": group})
+    c.commit(offsets=[TopicPartition(topic, 0, 4, "ck-meta", 0)], asynchronous=False)
+    (tp,) = c.committed([TopicPartition(topic, 0)], timeout=30)
+    assert (tp.offset, tp.metadata, tp.leader_epoch) == (4, "ck-meta", 0)
+    c.close()
+    kp = KafkaAdminClient(bootstrap_servers=fleet.bootstrap("az2"))
+    seen = kp.list_group_offsets(group)[group]
+    assert seen[KTopicPartition(topic, 0)].offset == 4
+    # confluent-kafka sends its metadata string with the C terminator; it is kept as sent.
+    assert seen[KTopicPartition(topic, 0)].metadata == "ck-meta\x00"
+
+    # kafka-python: OffsetAndMetadata with metadata and leader epoch.
+    group = _name("meta-kp")
+    kc = KafkaConsumer(bootstrap_servers=fleet.bootstrap("az2"), group_id=group)
+    kc.commit({KTopicPartition(topic, 1): KOffsetAndMetadata(7, "kp-meta", 0)})
+    got = kp.list_group_offsets(group)[group][KTopicPartition(topic, 1)]
+    assert (got.offset, got.metadata, got.leader_epoch) == (7, "kp-meta", 0)
+    kc.close()
+    kp.close()
+    ck_view = Consumer({"bootstrap.servers": fleet.bootstrap("az3"), "group.id": group})
+    (tp,) = ck_view.committed([TopicPartition(topic, 1)], timeout=30)
+    assert (tp.offset, tp.metadata, tp.leader_epoch) == (7, "kp-meta", 0)
+    ck_view.close()
+
+    # aiokafka: commit with metadata, read back through its admin client.
+    group = _name("meta-aio")
+
+    async def aio() -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=fleet.bootstrap("az3"), group_id=group, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            tp = AIOTopicPartition(topic, 2)
+            consumer.assign([tp])  # aiokafka commits only for assigned partitions
+            await consumer.commit({tp: AIOOffsetAndMetadata(9, "aio-meta")})
+            assert await consumer.committed(tp) == 9
+        finally:
+            await consumer.stop()
+        admin = AIOKafkaAdminClient(bootstrap_servers=fleet.bootstrap("az1"))
+        await admin.start()
+        try:
+            offsets = await admin.list_consumer_group_offsets(group)
+            assert offsets[AIOTopicPartition(topic, 2)].offset == 9
+            assert offsets[AIOTopicPartition(topic, 2)].metadata == "aio-meta"
+        finally:
+            await admin.close()
+
+    asyncio.run(aio())
+
+
+# -- static membership (KIP-345) ----------------------------------------------------------------
+
+
+def test_static_member_restart_without_rebalance_and_fenced_duplicate(
+    zone_fleet: ZoneFleet,
+) -> None:
+    fleet = zone_fleet
+    topic = _name("static")
+    create_topic(fleet, "az1", topic, 4)
+    group = _name("static")
+    events: list[Event] = []
+    static = {"session.timeout.ms": 20000, "partition.assignment.strategy": "range"}
+    a = ConfluentMember(
+        "a",
+        fleet.bootstrap("az1"),
+        "az1",
+        group,
+        [topic],
+        events,
+        **static,
+        **{"group.instance.id": "inst-a"},
+    )
+    b = ConfluentMember(
+        "b",
+        fleet.bootstrap("az2"),
+        "az2",
+        group,
+        [topic],
+        events,
+        **static,
+        **{"group.instance.id": "inst-b"},
+    )
+    members = [a, b]
+    for m in members:
+        m.start()
+    try:
+        wait_until(
+            lambda: sorted(a.assigned() | b.assigned()) == [0, 1, 2, 3] and len(a.assigned()) == 2,
+            45,
+            lambda: f"{a.assigned()} {b.assigned()}",
+        )
+        time.sleep(1.0)
+        a_parts, b_parts = a.assigned(), b.assigned()
+        b_events = len([e for e in events if e[1] == "b"])
+        # a restarts: a static member's close sends no LeaveGroup; the new process rejoins
+        # with the same instance id and gets the same partitions, and b never rebalances.
+        a.stop.set()
+        a.join(30)
+        a2 = ConfluentMember(
+            "a2",
+            fleet.bootstrap("az1"),
+            "az1",
+            group,
+            [topic],
+            events,
+            **static,
+            **{"group.instance.id": "inst-a"},
+        )
+        members.append(a2)
+        a2.start()
+        wait_until(lambda: a2.assigned() == a_parts, 45, lambda: f"{a2.assigned()}")
+        time.sleep(3.0)
+        assert b.assigned() == b_parts
+        assert len([e for e in events if e[1] == "b"]) == b_events, events
+        # A duplicate of a live instance: the newcomer takes over, the old one is fenced.
+        dup = ConfluentMember(
+            "dup",
+            fleet.bootstrap("az3"),
+            "az3",
+            group,
+            [topic],
+            events,
+            **static,
+            **{"group.instance.id": "inst-b"},
+        )
+        members.append(dup)
+        dup.start()
+        wait_until(
+            lambda: any(
+                e.code() == KafkaError.FENCED_INSTANCE_ID or "FENCED" in e.str().upper()
+                for e in b.errors
+            ),
+            60,
+            lambda: f"b errors {b.errors}",
+        )
+        wait_until(lambda: dup.assigned() == b_parts, 45, lambda: f"{dup.assigned()}")
+    finally:
+        stop_all(members)
+
+
+# -- cooperative incremental rebalancing --------------------------------------------------------
+
+
+def test_cooperative_sticky_members_join_and_leave_while_records_flow(
+    zone_fleet: ZoneFleet,
+) -> None:
+    fleet = zone_fleet
+    topic = _name("coop")
+    partitions, n = 6, 3000
+    create_topic(fleet, "az1", topic, partitions)
+    group = _name("coop")
+    events: list[Event] = []
+    coop = {
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": 10000,
+    }
+
+    def member(name: str, zone: str) -> ConfluentMember:
+        return ConfluentMember(name, fleet.bootstrap(zone), zone, group, [topic], events, **coop)
+
+    members = [member("m1", "az1")]
+    members[0].start()
+    try:
+        wait_until(lambda: len(members[0].assigned()) == partitions, 45, lambda: "m1 assigned")
+        producer_done: list[bool] = []
+
+        def produce() -> None:
+            for i in range(3):
+                produce_confluent(fleet.bootstrap("az2"), "az2", topic, n // 3, f"coop{i}")
+            producer_done.append(True)
+
+        t = threading.Thread(target=produce, daemon=True)
+        t.start()
+        for name, zone in (("m2", "az2"), ("m3", "az3")):
+            members.append(member(name, zone))
+            members[-1].start()
+            time.sleep(2.0)
+        wait_until(
+            lambda: all(len(m.assigned()) == 2 for m in members),
+            60,
+            lambda: f"{[m.assigned() for m in members]}",
+        )
+        # m2 leaves (commits what it read before its partitions go).
+        members[1].stop.set()
+        members[1].join(30)
+        wait_until(
+            lambda: all(len(m.assigned()) == 3 for m in (members[0], members[2])),
+            60,
+            lambda: f"{[m.assigned() for m in members]}",
+        )
+        t.join(120)
+        assert producer_done
+        total = n // 3 * 3
+
+        def read() -> int:
+            return sum(len(m.records) for m in members)
+
+        wait_until(lambda: read() >= total, 60, lambda: f"{read()} of {total}")
+        time.sleep(1.0)  # a duplicate would arrive now
+    finally:
+        stop_all(members)
+    for m in members:
+        assert m.error is None, m.error
+        assert not m.errors, m.errors
+    check_exclusive_ownership(events)
+    # Every partition's records reached exactly one member at a time, in order; over the
+    # whole run every record arrived once.
+    records = [r for m in members for r in m.records]
+    by_value = {v for _, _, v in records}
+    assert len(records) == len(by_value) == total
+    for i in range(3):
+        mine = [r for r in records if r[2].startswith(f"coop{i}-".encode())]
+        assert len(mine) == n // 3
+    # Offsets per partition are dense across the members' shares.
+    for p in range(partitions):
+        offsets = sorted(o for q, o, _ in records if q == p)
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+
+
+# -- consumer lag --------------------------------------------------------------------------------
+
+
+def test_consumer_lag_through_a_proxy(zone_fleet: ZoneFleet) -> None:
+    fleet = zone_fleet
+    topic = _name("lag")
+    create_topic(fleet, "az1", topic, 3)
+    produce_confluent(fleet.bootstrap("az1"), "az1", topic, 90, "lag")
+    group = _name("lag")
+    admin = _admin(fleet, "az3")
+
+    def log_ends() -> dict[tuple[str, int], int]:
+        ends = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(3)})
+        return {(tp.topic, tp.partition): f.result(timeout=30).offset for tp, f in ends.items()}
+
+    end = log_ends()
+    assert sum(end.values()) == 90
+    # The group read half of partition 0, all of partition 1 and nothing of partition 2.
+    committed = {(topic, 0): end[(topic, 0)] // 2, (topic, 1): end[(topic, 1)]}
+    _commit_standalone(fleet, "az2", group, committed)
+    offsets = _committed(fleet, "az3", group)
+    assert offsets == committed
+    lag = {key: end[key] - offsets.get(key, 0) for key in end}
+    assert lag == {
+        (topic, 0): end[(topic, 0)] - end[(topic, 0)] // 2,
+        (topic, 1): 0,
+        (topic, 2): end[(topic, 2)],
+    }
+    # More records: the lag grows by exactly as many.
+    produce_confluent(fleet.bootstrap("az2"), "az2", topic, 30, "lag2")
+    later = log_ends()
+    assert sum(later[k] - offsets.get(k, 0) for k in later) == sum(lag.values()) + 30
+
+
+# -- mixed clients: the same group and offset scenario --------------------------------------------
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
+def test_group_scenario_with_each_client(zone_fleet: ZoneFleet, client: str) -> None:
+    """Consume in a group, commit, read the commit back, describe the group, delete it."""
+    fleet = zone_fleet
+    zone = "az2"
+    topic = _name(f"mix-{client}")
+    create_topic(fleet, "az1", topic, 2)
+    produce_confluent(fleet.bootstrap("az1"), "az1", topic, 40, "mix")
+    group = _name(f"mix-{client}")
+    bootstrap = fleet.bootstrap(zone)
+    read: list[tuple[int, int, bytes]] = []
+    if client == "confluent":
+        c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        c.subscribe([topic])
+        deadline = time.monotonic() + 45
+        while len(read) < 40 and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                read.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[arg-type]
+        c.commit(asynchronous=False)
+        committed = {tp.partition: tp.offset for tp in c.committed(c.assignment(), timeout=30)}
+        d = _admin(fleet, zone).describe_consumer_groups([group])[group].result(timeout=30)
+        assert d.state == ConsumerGroupState.STABLE and len(d.members) == 1
+        c.close()
+    elif client == "kafka-python":
+        kc = KafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        deadline = time.monotonic() + 45
+        while len(read) < 40 and time.monotonic() < deadline:
+            for tp, msgs in kc.poll(timeout_ms=200).items():
+                read.extend((tp.partition, m.offset, m.value) for m in msgs)
+        kc.commit()
+        committed = {p: kc.committed(KTopicPartition(topic, p)) for p in range(2)}
+        kp = KafkaAdminClient(bootstrap_servers=bootstrap)
+        desc = kp.describe_groups([group])[group]
+        assert desc["group_state"] == "Stable" and len(desc["members"]) == 1
+        kc.close()
+        kp.close()
+    else:
+
+        async def aio() -> dict[int, int]:
+            consumer = AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=bootstrap,
+                group_id=group,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+            )
+            await consumer.start()
+            try:
+                deadline = time.monotonic() + 45
+                while len(read) < 40 and time.monotonic() < deadline:
+                    batches = await consumer.getmany(timeout_ms=200)
+                    for tp, msgs in batches.items():
+                        read.extend((tp.partition, m.offset, m.value) for m in msgs)
+                await consumer.commit()
+                out = {p: await consumer.committed(AIOTopicPartition(topic, p)) for p in range(2)}
+                admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+                await admin.start()
+                try:
+                    (desc,) = await admin.describe_consumer_groups([group])
+                    (g,) = desc.to_object()["groups"]
+                    assert g["state"] == "Stable" and len(g["members"]) == 1
+                finally:
+                    await admin.close()
+            finally:
+                await consumer.stop()
+            return out  # type: ignore[return-value]
+
+        committed = asyncio.run(aio())
+    check_exactly_once_in_order(read, 40, "mix")
+    ends = {p: max(o for q, o, _ in read if q == p) + 1 for p in range(2)}
+    assert committed == ends
+    # Another client sees the same commits, and the (now empty) group can be deleted.
+    assert _committed(fleet, "az3", group) == {(topic, p): o for p, o in ends.items()}
+    wait_until(
+        lambda: (
+            _admin(fleet, "az1").describe_consumer_groups([group])[group].result(timeout=30).state
+            == ConsumerGroupState.EMPTY
+        ),
+        30,
+        lambda: "group never became empty",
+    )
+    if client == "kafka-python":
+        kp = KafkaAdminClient(bootstrap_servers=fleet.bootstrap("az1"))
+        assert kp.delete_groups([group]) == {group: "OK"}
+        kp.close()
+    else:
+        (f,) = _admin(fleet, "az1").delete_consumer_groups([group]).values()
+        assert f.result(timeout=30) is None
+    assert _committed(fleet, "az1", group) == {}
