@@ -73,8 +73,13 @@ def plan_relay(
         return RelayPlan([(_coordinator(group, mains, default), frame)])
     if key == API_OFFSET_FETCH:
         request = decode_request(header, frame)
-        groups = getattr(request, "groups", None)
-        group = groups[0].group_id if groups else getattr(request, "group_id", "")
+        if getattr(request, "groups", None):
+            # v8+ may ask for several groups: each goes to its own coordinator.
+            entries: dict[int, list[dict[str, Any]]] = {}
+            for g in entity_to_data(request)["groups"]:
+                entries.setdefault(_coordinator(g["group_id"], mains, default), []).append(g)
+            return _split(header, request, entries, "groups", _merge_lists(header, "groups"))
+        group = getattr(request, "group_id", "")
         return RelayPlan([(_coordinator(group, mains, default), frame)])
     if key in MULTI_GROUP_APIS:
         ids_field, results_field = MULTI_GROUP_APIS[key]

@@ -98,3 +98,68 @@ def test_acl_and_scram_requests_go_whole_to_one_main() -> None:
         frame = _frame(key, version, data)
         plan = plan_relay(parse_request_header(frame), frame, [1, 2, 3], 2, lambda t, p: None)
         assert plan.calls == [(2, frame)] and plan.merge is None
+
+
+def _groups_on_each_main(mains: list[int]) -> dict[int, str]:
+    from zone_router import group_coordinator
+
+    out: dict[int, str] = {}
+    i = 0
+    while len(out) < len(mains):
+        out.setdefault(group_coordinator(f"g{i}", mains), f"g{i}")
+        i += 1
+    return out
+
+
+def test_group_requests_go_to_each_groups_coordinator_and_are_merged() -> None:
+    mains = [1, 2, 3]
+    groups = _groups_on_each_main(mains)
+    no_leader = lambda t, p: None  # noqa: E731
+    # DeleteGroups: split by coordinator, one result per group after the merge.
+    frame = _frame(42, 2, {"groups_names": list(groups.values())})
+    header = parse_request_header(frame)
+    plan = plan_relay(header, frame, mains, 1, no_leader)
+    asked = {
+        main: list(decode_request(parse_request_header(sub), bytearray(sub)).groups_names)
+        for main, sub in plan.calls
+    }
+    assert asked == {main: [g] for main, g in groups.items()}
+    assert plan.merge is not None
+    answers = [
+        encode_response(
+            header, build_response(42, 2, {"results": [{"group_id": g, "error_code": 0}]})
+        )
+        for names in asked.values()
+        for g in names
+    ]
+    _, merged = decode_response(42, 2, plan.merge(answers))
+    assert sorted(r.group_id for r in merged.results) == sorted(groups.values())
+    # ConsumerGroupDescribe and OffsetFetch v8+ (several groups) split the same way.
+    frame = _frame(
+        69, 1, {"group_ids": list(groups.values()), "include_authorized_operations": False}
+    )
+    plan = plan_relay(parse_request_header(frame), frame, mains, 1, no_leader)
+    assert sorted(main for main, _ in plan.calls) == mains
+    fetch = {
+        "groups": [{"group_id": g, "topics": None} for g in groups.values()],
+        "require_stable": False,
+    }
+    frame = _frame(9, 8, fetch)
+    plan = plan_relay(parse_request_header(frame), frame, mains, 1, no_leader)
+    for main, sub in plan.calls:
+        request = decode_request(parse_request_header(sub), bytearray(sub))
+        assert [g.group_id for g in request.groups] == [groups[main]]
+    # Single-group requests: OffsetDelete and ConsumerGroupHeartbeat go whole to the coordinator.
+    main, group = 3, groups[3]
+    frame = _frame(47, 0, {"group_id": group, "topics": []})
+    assert [
+        m for m, _ in plan_relay(parse_request_header(frame), frame, mains, 1, no_leader).calls
+    ] == [main]
+    beat = {"group_id": group, "member_id": "m", "member_epoch": 0, "rebalance_timeout": 1000}
+    frame = _frame(68, 1, beat)
+    assert [
+        m for m, _ in plan_relay(parse_request_header(frame), frame, mains, 1, no_leader).calls
+    ] == [main]
+    # An empty DeleteGroups still gets its (empty) answer from one main.
+    frame = _frame(42, 2, {"groups_names": []})
+    assert len(plan_relay(parse_request_header(frame), frame, mains, 1, no_leader).calls) == 1
