@@ -34,6 +34,7 @@ poll_interval_s = 0.5             # how often each main re-reads the metadata do
 registration_interval_s = 5.0     # node heartbeat (one PUT each); the lease renews every third
 session_timeout_s = 18.0          # of controller_lease_s; a node silent this long is dead
 controller_lease_s = 15.0
+reassign_dead_mains = true        # the controller moves a dead main's partitions to live mains
 
 [storage]                         # committed data in S3 objects (absent: WAL only)
 object_store = "file://data/objects"  # or s3://bucket/prefix?endpoint=...&region=...
@@ -393,6 +394,7 @@ def _join_mains(
         m.broker.registration_interval_s = interval
         m.broker.session_timeout_s = timeout
         m.broker.controller_lease_s = lease
+        m.broker.reassign_dead_mains = bool(metadata.get("reassign_dead_mains", True))
     return url
 
 

@@ -9,6 +9,7 @@ a hash of the group id that proxies compute the same way (zone_router.placement)
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,9 +20,10 @@ from kafka_wire.rpc import RpcClient, RpcError
 from main_broker.cluster_doc import ClusterDoc, TopicExists, TopicMeta, UnknownTopic
 from main_broker.cluster_sync import ClusterMetadata
 from main_broker.config import MainPeer
-from main_broker.controller import Controller
+from main_broker.controller import Controller, Membership
 from main_broker.handoff import Handoff
 from main_broker.log_store import TopicState
+from main_broker.reassignment import evacuate
 from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.node_registry import NodeRegistrar, NodeRegistration
 from zone_router import group_coordinator
@@ -63,6 +65,7 @@ class ClusterRole:
             lease_s=cfg.controller_lease_s,
             interval_s=cfg.registration_interval_s,
             session_timeout_s=cfg.session_timeout_s,
+            on_members=self._evacuate if cfg.reassign_dead_mains else None,
         )
         self.registrar: NodeRegistrar | None = None
         self._apply_lock = trio.Lock()
@@ -143,6 +146,20 @@ class ClusterRole:
 
     def poke_peers(self) -> None:
         self._poke_peers()
+
+    async def _evacuate(self, members: Membership) -> None:
+        """The controller found the registrations: move dead mains' partitions to live ones
+        (a main that stopped cleanly keeps its partitions: it is being restarted)."""
+        mains = set(self.main_ids)
+        dead = {r.node_id for r in members.dead if r.role == "main"} & mains
+        live = sorted({r.node_id for r in members.alive if r.role == "main"} & mains)
+        now = int(time.time() * 1000)
+        if evacuate(self.meta.doc, dead, live, now) is self.meta.doc:
+            return
+        doc = await self.meta.update(lambda d: evacuate(d, dead, live, now))
+        moving = sorted(f"{m.topic}-{m.partition}->{m.target}" for m in doc.moves.values())
+        log.warning("moving dead mains' %s partitions: %s", sorted(dead), ", ".join(moving))
+        self.poke_peers()
 
     # -- the document -> local state ---------------------------------------------------------
 

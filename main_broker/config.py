@@ -45,6 +45,8 @@ class BrokerConfig:
     # and lease renewal is one PUT, so these set the fleet's standing S3 request cost.
     registration_interval_s: float = 5.0
     session_timeout_s: float = 18.0  # no heartbeat this long and no clean stop: dead
+    # The controller moves a dead main's partitions to live mains (main_broker/handoff.py).
+    reassign_dead_mains: bool = True
     controller_lease_s: float = 15.0
     # The zone proxies: a client that connects straight to a main still gets the view of its
     # zone (its zone's main and proxy only) in Metadata, FindCoordinator and DescribeCluster.

@@ -4,14 +4,14 @@ and tells live nodes from dead ones.
 Every main competes for the lease (`s3_commit.lease`); the holder reads the registrations
 (`s3_commit.node_registry`) every `registration_interval_s`, logs a node that died (its
 heartbeat went stale without a clean stop) or came back, and reports the fleet's membership in
-the admin status and as metrics. A dead main's partitions are reported as unavailable; moving
-them to a live main is not built yet.
+the admin status and as metrics. Its `on_members` hook (ClusterRole) moves a dead main's
+partitions to live mains (main_broker/reassignment.py `evacuate`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -60,8 +60,10 @@ class Controller:
         lease_s: float,
         interval_s: float,
         session_timeout_s: float,
+        on_members: Callable[[Membership], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.on_members = on_members
         self.lease = LeaseKeeper(store, node_id, duration_s=lease_s, safety_s=lease_s / 5)
         self.interval_s = interval_s
         self.session_timeout_ms = int(session_timeout_s * 1000)
@@ -94,7 +96,9 @@ class Controller:
             while True:
                 if self.lease.holding:
                     try:
-                        await self.watch_once()
+                        members = await self.watch_once()
+                        if self.on_members is not None:
+                            await self.on_members(members)
                     except (ObjectStoreError, OSError) as exc:
                         log.warning("cannot read the node registrations: %s", exc)
                     with trio.move_on_after(self.interval_s):

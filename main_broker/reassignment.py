@@ -37,6 +37,7 @@ __all__ = [
     "Tail",
     "TailCollector",
     "cancel_move",
+    "evacuate",
     "finish_move",
     "moves_from_json",
     "moves_to_json",
@@ -248,6 +249,52 @@ def finish_move(doc: ClusterDoc, move: Move) -> ClusterDoc:
     topics = {**doc.topics, move.topic: replace(meta, leaders=tuple(leaders), epochs=tuple(epochs))}
     moves = {k: m for k, m in doc.moves.items() if k != move.key}
     return _with_moves(replace(doc, topics=topics), moves)
+
+
+def evacuate(doc: ClusterDoc, dead: set[int], live: list[int], now_ms: int) -> ClusterDoc:
+    """The controller's moves off dead mains (itself when there is nothing to do): every
+    partition a dead main leads that is not moving yet gets a move to the live main that
+    leads the fewest partitions (moves under way counted at their target; ties: lowest id).
+    A move whose target died is cancelled when its source lives (the source resumes), and
+    goes to such a main when both died (sealed or not: the dead target never finished, and
+    it cannot finish a move that names another main)."""
+    if not dead or not live:
+        return doc
+    load = dict.fromkeys(live, 0)
+    for meta in doc.topics.values():
+        for leader in meta.leaders:
+            if leader in load:
+                load[leader] += 1
+    for move in doc.moves.values():
+        if move.target in load:
+            load[move.target] += 1
+
+    def least_loaded() -> int:
+        target = min(live, key=lambda n: (load[n], n))
+        load[target] += 1
+        return target
+
+    moves = dict(doc.moves)
+    for key in sorted(moves):
+        move = moves[key]
+        if move.target not in dead:
+            continue
+        if move.source in dead:
+            moves[key] = replace(move, target=least_loaded())
+        else:
+            del moves[key]  # cancelled: the live source leads on
+    for name in sorted(doc.topics):
+        meta = doc.topics[name]
+        for partition, leader in enumerate(meta.leaders):
+            if leader in dead and (name, partition) not in moves:
+                epoch = meta.epochs[partition] + 1
+                target = least_loaded()
+                moves[(name, partition)] = Move(
+                    name, partition, leader, target, epoch, FENCING, -1, -1, now_ms
+                )
+    if moves == doc.moves:
+        return doc
+    return _with_moves(doc, moves)
 
 
 def ongoing_listing(

@@ -21,6 +21,7 @@ from main_broker.reassignment import (
     MoveRefused,
     TailCollector,
     cancel_move,
+    evacuate,
     finish_move,
     ongoing_listing,
     request_move,
@@ -260,3 +261,26 @@ def test_tail_after_an_earlier_takeover_and_delete_records() -> None:
     assert [b.base_offset for b in tail.batches] == [50]
     assert [r[0] for r in tail.producers] == [9]  # producer 1 was before the takeover
     assert tail.log_start == 55
+
+
+def test_evacuate_dead_mains() -> None:
+    doc = ClusterDoc("c1").with_topic("orders", TOPIC_ID, 6, {}, [1, 2, 3])
+    led_by_2 = [p for p, n in enumerate(doc.topics["orders"].leaders) if n == 2]
+    assert len(led_by_2) == 2
+    assert evacuate(doc, set(), [1, 2, 3], 0) is doc
+    assert evacuate(doc, {2}, [], 0) is doc  # nowhere to go
+    moved = evacuate(doc, {2}, [1, 3], 5)
+    assert sorted(moved.moves) == [("orders", p) for p in led_by_2]
+    # Spread over the least loaded live mains (each leads 2), lowest id first on ties.
+    assert sorted(m.target for m in moved.moves.values()) == [1, 3]
+    assert all(m.source == 2 and m.epoch == 1 and m.state == FENCING for m in moved.moves.values())
+    assert evacuate(moved, {2}, [1, 3], 6) is moved  # already moving: nothing new
+    # A target that dies: the move is cancelled while its source lives...
+    key = ("orders", led_by_2[0])
+    dying = moved.moves[key].target
+    assert key not in evacuate(moved, {dying}, [n for n in (1, 2, 3) if n != dying], 7).moves
+    # ...and goes to a live main when the source is dead too (kept sealed: the seal stands).
+    sealed = seal_move(moved, moved.moves[key], 40, 400)
+    other = next(n for n in (1, 3) if n != dying)
+    again = evacuate(sealed, {2, dying}, [other], 8).moves[key]
+    assert (again.target, again.state, again.end, again.epoch) == (other, SEALED, 40, 1)
