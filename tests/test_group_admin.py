@@ -470,6 +470,58 @@ def test_static_member_restart_without_rebalance_and_fenced_duplicate(
         stop_all(members)
 
 
+def test_static_member_restart_keeps_generation_with_kafka_python(zone_fleet: ZoneFleet) -> None:
+    fleet = zone_fleet
+    topic, group = _name("kp-static"), _name("kp-static")
+    create_topic(fleet, "az1", topic, 4)
+
+    def member(zone: str, instance: str) -> KafkaConsumer:
+        return KafkaConsumer(
+            topic,
+            bootstrap_servers=fleet.bootstrap(zone),
+            client_id=zone_client_id(zone),
+            group_id=group,
+            group_instance_id=instance,
+            session_timeout_ms=20000,
+            enable_auto_commit=False,
+        )
+
+    def parts(c: KafkaConsumer) -> set[int]:
+        return {tp.partition for tp in c.assignment()}
+
+    a, b = member("az1", "kp-a"), member("az2", "kp-b")
+    stop = threading.Event()
+
+    def keep_polling(c: KafkaConsumer) -> None:
+        while not stop.is_set():
+            c.poll(timeout_ms=100)
+
+    poller = threading.Thread(target=keep_polling, args=(b,), daemon=True)
+    poller.start()
+    try:
+        deadline = time.monotonic() + 45
+        while not (len(parts(a)) == 2 and len(parts(b)) == 2):
+            assert time.monotonic() < deadline, f"{parts(a)} {parts(b)}"
+            a.poll(timeout_ms=100)
+        a_parts, b_parts = parts(a), parts(b)
+        generation = b._coordinator.generation().generation_id
+        a.close(autocommit=False)  # a static member leaves no LeaveGroup behind
+        a2 = member("az3", "kp-a")
+        deadline = time.monotonic() + 45
+        while not parts(a2):
+            assert time.monotonic() < deadline, "the restarted member got nothing"
+            a2.poll(timeout_ms=100)
+        time.sleep(1.0)
+        assert parts(a2) == a_parts and parts(b) == b_parts
+        assert a2._coordinator.generation().generation_id == generation
+        assert b._coordinator.generation().generation_id == generation
+        a2.close(autocommit=False)
+    finally:
+        stop.set()
+        poller.join(10)
+        b.close(autocommit=False)
+
+
 # -- cooperative incremental rebalancing --------------------------------------------------------
 
 
