@@ -131,6 +131,50 @@ class ClassicGroup:
             topics.update(names)
         return topics
 
+    def commit_error(self, generation: int, member_id: str, instance_id: str | None) -> int:
+        """Whether this committer may commit offsets for the group (OffsetCommit)."""
+        if instance_id is not None and self.static_members.get(instance_id, member_id) != member_id:
+            return FENCED_INSTANCE_ID
+        if generation < 0 and self.state is GroupState.EMPTY:
+            return NONE  # the group only uses Kafka to store offsets
+        if member_id not in self.members:
+            return UNKNOWN_MEMBER_ID
+        if generation != self.generation:
+            return ILLEGAL_GENERATION
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    def listed(self) -> dict[str, Any]:
+        """The group as ListGroups shows it."""
+        return {
+            "group_id": self.group_id,
+            "protocol_type": self.protocol_type or "",
+            "group_state": self.state.value,
+            "group_type": "classic",
+        }
+
+    def described(self) -> dict[str, Any]:
+        """The group's DescribeGroups fields (state, protocol, members)."""
+        stable = self.state is GroupState.STABLE
+        return {
+            "group_state": self.state.value,
+            "protocol_type": self.protocol_type or "",
+            "protocol_data": (self.protocol_name or "") if stable else "",
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    # Kafka shows metadata and assignment only for a Stable group.
+                    "member_metadata": m.metadata_for(self.protocol_name) if stable else b"",
+                    "member_assignment": m.assignment if stable else b"",
+                }
+                for m in self.members.values()
+            ],
+        }
+
     def member_list(self) -> list[dict[str, Any]]:
         return [
             {

@@ -553,21 +553,10 @@ class GroupCoordinator:
                 self._set_empty(g)
             else:
                 error = ILLEGAL_GENERATION
-        elif (
-            group_instance_id is not None
-            and g.static_members.get(group_instance_id, member_id) != member_id
-        ):
-            error = FENCED_INSTANCE_ID
-        elif generation_id < 0 and g.state is GroupState.EMPTY:
-            pass  # the group only uses Kafka to store offsets
-        elif member_id not in g.members:
-            error = UNKNOWN_MEMBER_ID
-        elif generation_id != g.generation:
-            error = ILLEGAL_GENERATION
-        elif g.state is GroupState.COMPLETING_REBALANCE:
-            error = REBALANCE_IN_PROGRESS
         else:
-            self._heartbeat(g.members[member_id])
+            error = g.commit_error(generation_id, member_id, group_instance_id)
+            if error == NONE and member_id in g.members:
+                self._heartbeat(g.members[member_id])
         if error != NONE:
             errors = {(topic, partition): error for topic, partition, *_ in offsets}
         else:
@@ -636,12 +625,7 @@ class GroupCoordinator:
         states = {s.lower() for s in states_filter}
         types = {t.lower() for t in types_filter}
         groups = [
-            {
-                "group_id": g.group_id,
-                "protocol_type": g.protocol_type or "",
-                "group_state": g.state.value,
-                "group_type": "classic",
-            }
+            g.listed()
             for g in self._groups.values()
             if g.state is not GroupState.DEAD
             and (not states or g.state.value.lower() in states)
@@ -673,21 +657,6 @@ class GroupCoordinator:
                 "authorized_operations": ops,
             }
             if g is not None and gid and desc["error_code"] == NONE:
-                stable = g.state is GroupState.STABLE
-                desc["group_state"] = g.state.value
-                desc["protocol_type"] = g.protocol_type or ""
-                desc["protocol_data"] = (g.protocol_name or "") if stable else ""
-                desc["members"] = [
-                    {
-                        "member_id": m.member_id,
-                        "group_instance_id": m.group_instance_id,
-                        "client_id": m.client_id,
-                        "client_host": m.client_host,
-                        # Kafka shows metadata and assignment only for a Stable group.
-                        "member_metadata": m.metadata_for(g.protocol_name) if stable else b"",
-                        "member_assignment": m.assignment if stable else b"",
-                    }
-                    for m in g.members.values()
-                ]
+                desc.update(g.described())
             out.append(desc)
         return {"groups": out}
