@@ -146,7 +146,8 @@ def _parse_wants(source: FetchSource[E], req: Any, version: int) -> list[_TopicW
     topics: list[_TopicWants[E]] = []
     for topic in req.topics:
         if version >= TOPIC_IDS_VERSION:
-            topic_id = topic.topic_id.bytes
+            # kio reads the zero UUID as None: no topic has it (UNKNOWN_TOPIC_ID).
+            topic_id = topic.topic_id.bytes if topic.topic_id is not None else NO_TOPIC_ID
             state = source.topic_by_id(topic_id)
             name = state.name if state else ""
         else:

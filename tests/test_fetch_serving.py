@@ -15,7 +15,13 @@ from kio.schema.fetch.v13 import request as v13
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from kafka_wire.codec import decode_response
+from kafka_wire.codec import (
+    build_request,
+    decode_request,
+    decode_response,
+    encode_request,
+    parse_request_header,
+)
 from kafka_wire.fetch_serving import MAX_WAIT_CAP_SECONDS, serve_fetch
 from kafka_wire.record_batch import build_batch
 from kafka_wire.server_loop import Buffer
@@ -216,6 +222,18 @@ async def test_unknown_topics_and_partitions() -> None:
     assert parts[(uuid.UUID(bytes=topic.topic_id), 3)].error_code == (
         ErrorCode.unknown_topic_or_partition
     )
+
+
+async def test_the_zero_topic_id_is_an_unknown_topic_id() -> None:
+    # kio reads the zero UUID off the wire as None; Kafka answers UNKNOWN_TOPIC_ID for it.
+    data = {"max_wait": 0, "topics": [{"topic_id": None, "partitions": [{"partition": 0}]}]}
+    frame = encode_request(API_FETCH, 13, 5, "t", build_request(API_FETCH, 13, data))
+    req = decode_request(parse_request_header(frame), frame)
+    assert req.topics[0].topic_id is None
+    resp = await _fetch(MemSource(MemTopic("t", 1)), 13, req)
+    [t] = resp.responses
+    assert t.topic_id is None
+    assert [p.error_code for p in t.partitions] == [ErrorCode.unknown_topic_id]
 
 
 async def test_a_partition_led_elsewhere_is_not_served() -> None:

@@ -1,0 +1,517 @@
+"""Nothing hangs (issue 5): every advertised API key and version, through a zone proxy and
+directly to a main of `zonefleet up --zones 3`, with zero values, with invalid arguments drawn
+from the request's own schema (hypothesis), and as mutated bytes. A schema-valid request gets
+a well-formed answer; garbage gets an answer or a clean close; never a hang, and the fleet
+keeps serving. APIs that are not advertised get a clean close (ApiVersions: UNSUPPORTED_VERSION).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from kafka_wire.codec import (
+    API_VERSIONS_KEY,
+    KIO_VERSION_RANGES,
+    MalformedMessage,
+    build_request,
+    decode_request,
+    decode_response,
+    encode_request,
+    parse_request_header,
+)
+from kafka_wire.entities import FieldKind, FieldSpec, entity_spec
+from kafka_wire.record_batch import build_batch
+from main_broker.broker import advertised_versions
+from tests.fleet_process import FleetProcess
+from tests.raw_kafka import RawKafka
+from tests.zone_fleet import ZoneFleet, _healthy, create_topic, start_up_fleet
+
+ADVERTISED = advertised_versions()
+NOT_ADVERTISED = sorted(set(KIO_VERSION_RANGES) - set(ADVERTISED))
+API_PRODUCE, API_FETCH, API_JOIN_GROUP = 0, 1, 11
+ANSWER_WITHIN_S = 5.0
+# A JoinGroup that really joins waits out the initial rebalance delay; still seconds.
+JOIN_WITHIN_S = 10.0
+TOPIC = f"every-api-{uuid.uuid4().hex[:6]}"
+GROUP = f"every-api-group-{uuid.uuid4().hex[:6]}"
+TARGETS = ("proxy", "main")
+# Examples per API key and mutated requests in all: the module runs in about two minutes.
+# Raise them for a deeper run (EVERY_API_EXAMPLES=200 EVERY_API_MUTATIONS=3000).
+EXAMPLES = int(os.environ.get("EVERY_API_EXAMPLES", "8"))
+MUTATIONS = int(os.environ.get("EVERY_API_MUTATIONS", "150"))
+
+
+class Fleet:
+    def __init__(self, proc: FleetProcess, zones: ZoneFleet) -> None:
+        self.proc = proc
+        self.zones = zones
+
+    def __repr__(self) -> str:  # hypothesis prints it with every failing example
+        return "Fleet()"
+
+    def bootstrap(self, target: str) -> str:
+        # The az2 proxy relays to mains of other zones too; the main is az3's own.
+        if target == "proxy":
+            return self.zones.bootstrap("az2")
+        main = next(m.broker for m in self.zones.config.mains if m.broker.zone == "az3")
+        return f"{main.host}:{main.port}"
+
+    def check_alive(self) -> None:
+        """Every node answers /healthz, none was restarted, no handler raised."""
+        config = self.zones.config
+        admins = [(m.admin_host, m.admin_port) for m in config.mains]
+        admins += [(p.admin_host, p.admin_port) for p in config.proxies]
+        sick = [a for a in admins if not _healthy(*a)]
+        assert not sick, f"unhealthy nodes {sick}:\n" + "".join(self.proc.output[-40:])
+        assert self.proc.proc is not None and self.proc.proc.poll() is None
+        output = "".join(self.proc.output)
+        for sign in (" exited with ", "request handler failed"):
+            assert sign not in output, f"{sign!r} in the fleet output:\n{_around(output, sign)}"
+        failures = [e for e in _raised(output) if not e.startswith(CLOSE_CONNECTION)]
+        assert not failures, f"handlers raised: {failures}"
+
+
+# A relayed request the main refuses as Kafka does (a close) comes back to the proxy as an
+# RPC error, which the RPC layer logs with its traceback; any other exception is a bug.
+CLOSE_CONNECTION = "kafka_wire.server_loop.CloseConnection"
+
+
+def _raised(output: str) -> list[str]:
+    """The exception line of every traceback in the fleet's log output."""
+    lines = output.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if not line.startswith("Traceback"):
+            continue
+        for after in lines[i + 1 :]:
+            if after and not after[0].isspace() and not after.startswith("Traceback"):
+                out.append(after)
+                break
+    return out
+
+
+def _around(text: str, needle: str, lines: int = 30) -> str:
+    at = text.index(needle)
+    start = text.rfind("\n", 0, max(0, at - 3000))
+    return "\n".join(text[start:].splitlines()[:lines])
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    proc, zones = start_up_fleet(tmp_path_factory.mktemp("every-api"))
+    try:
+        create_topic(zones, "az1", TOPIC, 3)
+        yield Fleet(proc, zones)
+    finally:
+        code = proc.stop()
+        assert code == 0, "zonefleet up did not stop cleanly:\n" + "".join(proc.output[-40:])
+
+
+# -- talking to a broker -----------------------------------------------------------------------
+
+
+class Hang(AssertionError):
+    pass
+
+
+def _request_frame(key: int, version: int, data: dict[str, Any], correlation_id: int) -> bytes:
+    return encode_request(
+        key, version, correlation_id, "every-api", build_request(key, version, data)
+    )
+
+
+def _exchange(bootstrap: str, frame: bytes, within: float, expect_answer: bool = True) -> Any:
+    """Sends one request frame on a new connection: its response frame, or None when the
+    broker closed the connection. Then checks the connection is still in step (an
+    ApiVersions on it is answered) unless it was closed."""
+    raw = RawKafka(bootstrap, timeout=within)
+    try:
+        raw.send_frame(frame)
+        answer: bytes | None = None
+        if expect_answer:
+            try:
+                answer = raw.recv_frame()
+            except (ConnectionResetError, BrokenPipeError):
+                return None
+            except TimeoutError:
+                raise Hang(f"no answer and no close in {within} s") from None
+            if answer is None:
+                return None
+        try:
+            follow = raw.request(API_VERSIONS_KEY, 0, {})
+        except (ConnectionResetError, BrokenPipeError, AssertionError):
+            follow = None
+        except TimeoutError:
+            raise Hang(f"no answer to the next request in {within} s") from None
+        if follow is None:
+            if not expect_answer:
+                return None
+            pytest.fail("the broker answered, then closed the connection")
+        assert follow.error_code == ErrorCode.none
+        return answer if expect_answer else b""
+    finally:
+        raw.close()
+
+
+def _error_codes(entity: Any) -> Iterator[ErrorCode]:
+    if isinstance(entity, ErrorCode):
+        yield entity
+    elif dataclasses.is_dataclass(entity) and not isinstance(entity, type):
+        for f in dataclasses.fields(entity):
+            yield from _error_codes(getattr(entity, f.name))
+    elif isinstance(entity, tuple):
+        for item in entity:
+            yield from _error_codes(item)
+
+
+def _check_answer(key: int, version: int, frame: bytes, correlation_id: int) -> Any:
+    """The response decodes with its schema, answers this request and carries only Kafka
+    error codes, none of them UNKNOWN_SERVER_ERROR (which means a handler failed)."""
+    try:
+        cid, response = decode_response(key, version, frame)
+    except MalformedMessage as exc:
+        pytest.fail(f"api {key} v{version}: response does not decode: {exc}")
+    assert cid == correlation_id
+    codes = list(_error_codes(response))
+    assert ErrorCode.unknown_server_error not in codes, response
+    return response
+
+
+API_CREATE_ACLS, API_DESCRIBE_ACLS, API_DELETE_ACLS = 30, 29, 31
+
+
+def _kafka_closes(key: int, request: Any) -> bool:
+    """Requests that are schema-valid but that Kafka refuses while parsing (its request
+    constructors validate), so it closes the connection: ACL bindings and filters with a
+    field that is exactly the UNKNOWN code 0 (CreateAclsRequest.validate,
+    DescribeAclsRequest/DeleteAclsRequest.normalizeAndValidate)."""
+
+    def unknown(item: Any, *fields: str) -> bool:
+        return any(getattr(item, f) == 0 for f in fields)
+
+    acl = ("operation", "permission_type")
+    if key == API_CREATE_ACLS:
+        fields = ("resource_type", "resource_pattern_type", *acl)
+        return any(unknown(c, *fields) for c in request.creations)
+    if key == API_DESCRIBE_ACLS:
+        return unknown(request, "resource_type_filter", "pattern_type_filter", *acl)
+    if key == API_DELETE_ACLS:
+        fields = ("resource_type_filter", "pattern_type_filter", *acl)
+        return any(unknown(f, *fields) for f in request.filters)
+    return False
+
+
+def _no_answer_expected(key: int, request: Any) -> bool:
+    return key == API_PRODUCE and request.acks == 0
+
+
+def _within(key: int) -> float:
+    return JOIN_WITHIN_S if key == API_JOIN_GROUP else ANSWER_WITHIN_S
+
+
+def _send_valid(fleet: Fleet, target: str, key: int, version: int, request: Any) -> Any:
+    """A schema-valid request must get a well-formed answer (Kafka answers every request it
+    can parse, invalid arguments with error codes), promptly, on a connection still usable."""
+    correlation_id = 4242
+    frame = encode_request(key, version, correlation_id, "every-api", request)
+    expect = not _no_answer_expected(key, request)
+    try:
+        answer = _exchange(fleet.bootstrap(target), frame, _within(key), expect)
+    except Hang as exc:
+        pytest.fail(f"{target}: api {key} v{version} hung: {exc}\n{request!r:.2000}")
+    if not expect:
+        assert answer == b"", f"{target}: acks=0 Produce: connection closed"
+        return None
+    if _kafka_closes(key, request):
+        assert answer is None, f"{target}: api {key} v{version}: answered, Kafka closes"
+        return None
+    assert answer is not None, (
+        f"{target}: api {key} v{version}: connection closed, Kafka answers\n{request!r:.2000}"
+    )
+    return _check_answer(key, version, answer, correlation_id)
+
+
+# -- what is advertised ------------------------------------------------------------------------
+
+
+def _api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+    raw = RawKafka(bootstrap)
+    try:
+        resp = raw.request(API_VERSIONS_KEY, 3, {"client_software_name": "t"})
+    finally:
+        raw.close()
+    assert resp.error_code == ErrorCode.none
+    return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+
+def test_every_node_advertises_the_same_apis(fleet: Fleet) -> None:
+    config = fleet.zones.config
+    nodes = [fleet.zones.bootstrap(z) for z in fleet.zones.zones]
+    nodes += [f"{m.broker.host}:{m.broker.port}" for m in config.mains]
+    for node in nodes:
+        assert _api_versions(node) == ADVERTISED, node
+    for key, (low, high) in ADVERTISED.items():
+        kio_low, kio_high = KIO_VERSION_RANGES[key]
+        assert kio_low <= low <= high <= kio_high
+
+
+# -- 1. zero values ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", sorted(ADVERTISED))
+def test_zero_value_request_of_every_version_is_answered(fleet: Fleet, key: int) -> None:
+    low, high = ADVERTISED[key]
+    for version in range(low, high + 1):
+        request = build_request(key, version, {})
+        for target in TARGETS:
+            _send_valid(fleet, target, key, version, request)
+    fleet.check_alive()
+
+
+# -- 2. invalid arguments from each version's schema ------------------------------------------
+
+_INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+_UINT_BITS = {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
+# A timedelta or datetime of every int64 does not exist in Python; these are wide enough.
+_TIME_BOUND = 2**45
+
+
+def _names() -> st.SearchStrategy[str]:
+    pool = [
+        "",
+        " ",
+        ".",
+        "..",
+        "a" * 250,  # longer than a topic name may be
+        "bad/name",
+        "bad name",
+        "\x00",
+        "ünïcödé",
+        "__consumer_offsets",
+        "unknown-topic",
+        TOPIC,
+        GROUP,
+    ]
+    return st.one_of(st.sampled_from(pool), st.text(max_size=12))
+
+
+def _ints(low: int, high: int) -> st.SearchStrategy[int]:
+    edges = sorted({v for v in (-2, -1, 0, 1, 2, 3, low, high, high - 1) if low <= v <= high})
+    return st.one_of(st.sampled_from(edges), st.integers(low, high))
+
+
+def _primitive(kafka_type: str) -> st.SearchStrategy[Any]:
+    if kafka_type in _INT_BITS:
+        bits = _INT_BITS[kafka_type]
+        return _ints(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    if kafka_type in _UINT_BITS:
+        return _ints(0, 2 ** _UINT_BITS[kafka_type] - 1)
+    if kafka_type in ("timedelta_i32", "timedelta_i64", "datetime_i64"):
+        high = 2**31 - 1 if kafka_type == "timedelta_i32" else _TIME_BOUND
+        low = -1 if kafka_type == "datetime_i64" else -(2**31)
+        return _ints(low, high)
+    if kafka_type == "string":
+        return _names()
+    if kafka_type == "bytes":
+        return st.binary(max_size=32)
+    if kafka_type == "records":
+        batch = build_batch([(b"k", b"v")], timestamp_ms=int(time.time() * 1000))
+        return st.one_of(st.just(batch), st.binary(max_size=80))
+    if kafka_type == "bool":
+        return st.booleans()
+    if kafka_type == "float64":
+        return st.floats()
+    if kafka_type == "uuid":
+        return st.one_of(st.just(uuid.UUID(int=0)), st.uuids())
+    if kafka_type == "error_code":
+        return st.sampled_from(list(ErrorCode))
+    raise AssertionError(f"no strategy for {kafka_type}")
+
+
+# Huge arrays stay at the top level: nested ones would multiply past the frame limit.
+HUGE_PRIMITIVES = 20_000
+HUGE_ENTITIES = 1_000
+
+
+def _field(spec: FieldSpec, top: bool) -> st.SearchStrategy[Any]:
+    if spec.kind is FieldKind.PRIMITIVE:
+        assert spec.kafka_type is not None
+        value = _primitive(spec.kafka_type)
+    elif spec.kind is FieldKind.ENTITY:
+        assert spec.entity is not None
+        value = _entity(spec.entity, top=False)
+    else:
+        if spec.kind is FieldKind.PRIMITIVE_ARRAY:
+            assert spec.kafka_type is not None
+            element: st.SearchStrategy[Any] = _primitive(spec.kafka_type)
+            huge = HUGE_PRIMITIVES
+        else:
+            assert spec.entity is not None
+            element, huge = _entity(spec.entity, top=False), HUGE_ENTITIES
+        value = st.lists(element, max_size=3)
+        if top:
+            value = st.one_of(value, element.map(partial(_repeated, huge)))
+    if spec.nullable:
+        value = st.one_of(st.none(), value)
+    return value
+
+
+def _repeated(count: int, value: Any) -> list[Any]:
+    return [value] * count
+
+
+def _entity(cls: type, top: bool) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({f.name: _field(f, top) for f in entity_spec(cls).fields})
+
+
+def _request_strategy(key: int, version: int) -> st.SearchStrategy[Any]:
+    cls = type(build_request(key, version, {}))
+    return _entity(cls, top=True).map(lambda data: _tame(key, data))
+
+
+def _tame(key: int, data: dict[str, Any]) -> dict[str, Any]:
+    """Arguments that make Kafka itself wait, set to what lets it answer in seconds: a fetch's
+    long poll, and a JoinGroup into a group that a member of an earlier example holds (it
+    waits for that member to rejoin or time out)."""
+    if key == API_FETCH:
+        data["max_wait"] = min(max(data["max_wait"], -1), 500)
+    if key == API_JOIN_GROUP and data["group_id"]:
+        data["group_id"] = f"{data['group_id']}-{uuid.uuid4().hex}"
+    return data
+
+
+def _encodes(key: int, version: int, data: dict[str, Any]) -> Any:
+    """The request entity when kio can build and encode it (strings fit their length
+    prefix, and so on), else None."""
+    try:
+        request = build_request(key, version, data)
+        encode_request(key, version, 1, "x", request)
+    except (ValueError, TypeError, OverflowError, struct.error):
+        return None
+    return request
+
+
+@pytest.mark.parametrize("key", sorted(ADVERTISED))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_invalid_arguments_get_an_answer(fleet: Fleet, key: int, data: st.DataObject) -> None:
+    low, high = ADVERTISED[key]
+    version = data.draw(st.integers(low, high), label="version")
+    target = data.draw(st.sampled_from(TARGETS), label="target")
+    request = _encodes(key, version, data.draw(_request_strategy(key, version), label="data"))
+    assume(request is not None)
+    _send_valid(fleet, target, key, version, request)
+
+
+# -- 3. mutated bytes of valid requests --------------------------------------------------------
+
+
+def _mutated(data: st.DataObject) -> tuple[int, int, bytes]:
+    key = data.draw(st.sampled_from(sorted(ADVERTISED)), label="key")
+    version = data.draw(st.integers(*ADVERTISED[key]), label="version")
+    base = bytearray(_request_frame(key, version, {}, 4243))
+    for _ in range(data.draw(st.integers(1, 8))):
+        # The api key, version and correlation id stay: the answer must then be this
+        # request's (another api's answers are the zero-value and schema tests' business).
+        pos = data.draw(st.integers(8, len(base) - 1)) if len(base) > 8 else len(base) - 1
+        base[pos] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(8, len(base)))
+    return key, version, bytes(base[:cut]) + data.draw(st.binary(max_size=24))
+
+
+def _legitimately_waits(frame: bytes) -> bool:
+    """Whether the mutated request, as Kafka reads it, asks the broker to wait or not answer:
+    a long-poll Fetch, an acks=0 Produce."""
+    try:
+        header = parse_request_header(frame)
+        request = decode_request(header, frame)
+    except MalformedMessage:
+        return False
+    if header.api_key == API_FETCH:
+        return bool(request.max_wait > timedelta(0))
+    return _no_answer_expected(header.api_key, request)
+
+
+@settings(max_examples=MUTATIONS, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_mutated_requests_get_an_answer_or_a_close(fleet: Fleet, data: st.DataObject) -> None:
+    key, version, frame = _mutated(data)
+    assume(not _legitimately_waits(frame))
+    target = data.draw(st.sampled_from(TARGETS), label="target")
+    try:
+        answer = _exchange(fleet.bootstrap(target), frame, _within(key))
+    except Hang as exc:
+        pytest.fail(f"{target}: mutated api {key} v{version} hung: {exc}\n{frame!r}")
+    if answer is not None:
+        _check_answer(key, version, answer, 4243)
+
+
+def test_after_the_fuzzing_every_node_is_alive(fleet: Fleet) -> None:
+    fleet.check_alive()
+    for target in TARGETS:
+        assert _api_versions(fleet.bootstrap(target)) == ADVERTISED
+
+
+# -- the negative side: what is not advertised --------------------------------------------------
+
+
+def _closes(bootstrap: str, frame: bytes) -> bool:
+    raw = RawKafka(bootstrap, timeout=ANSWER_WITHIN_S)
+    try:
+        raw.send_frame(frame)
+        return raw.is_closed(timeout=ANSWER_WITHIN_S)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    finally:
+        raw.close()
+
+
+def _unadvertised_versions() -> list[tuple[int, int]]:
+    """(key, version) pairs kio can encode that no node advertises: every version of the keys
+    not advertised, and the versions just outside each advertised range."""
+    out = [(key, KIO_VERSION_RANGES[key][1]) for key in NOT_ADVERTISED]
+    for key, (low, high) in sorted(ADVERTISED.items()):
+        if key == API_VERSIONS_KEY:
+            continue
+        kio_low, kio_high = KIO_VERSION_RANGES[key]
+        out += [(key, v) for v in (low - 1, high + 1) if kio_low <= v <= kio_high]
+    return out
+
+
+@pytest.mark.parametrize(("key", "version"), _unadvertised_versions())
+def test_unadvertised_api_gets_a_clean_close(fleet: Fleet, key: int, version: int) -> None:
+    assert key != API_VERSIONS_KEY  # ApiVersions answers every version: next test
+    frame = _request_frame(key, version, {}, 4244)
+    for target in TARGETS:
+        started = time.monotonic()
+        assert _closes(fleet.bootstrap(target), frame), f"{target}: api {key} v{version}"
+        assert time.monotonic() - started < ANSWER_WITHIN_S
+
+
+@pytest.mark.parametrize("version", [ADVERTISED[API_VERSIONS_KEY][1] + 1, 99, 32767])
+def test_api_versions_of_an_unknown_version_gets_unsupported_version(
+    fleet: Fleet, version: int
+) -> None:
+    # A version kio has no schema for: the header is v2 (ApiVersions v3+ is flexible).
+    frame = struct.pack(">hhih", API_VERSIONS_KEY, version, 4245, 1) + b"t" + b"\x00" + b"\x00"
+    for target in TARGETS:
+        answer = _exchange(fleet.bootstrap(target), frame, ANSWER_WITHIN_S)
+        assert answer is not None, target
+        # The error answer has the v0 layout, which decode_response knows for kio's versions.
+        known = version <= KIO_VERSION_RANGES[API_VERSIONS_KEY][1]
+        response = _check_answer(API_VERSIONS_KEY, version if known else 0, answer, 4245)
+        assert response.error_code == ErrorCode.unsupported_version
+        assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == ADVERTISED
