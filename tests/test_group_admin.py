@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -520,6 +520,54 @@ def test_static_member_restart_keeps_generation_with_kafka_python(zone_fleet: Zo
         stop.set()
         poller.join(10)
         b.close(autocommit=False)
+
+
+def test_static_member_restart_keeps_generation_with_aiokafka(zone_fleet: ZoneFleet) -> None:
+    fleet = zone_fleet
+    topic, group = _name("aio-static"), _name("aio-static")
+    create_topic(fleet, "az1", topic, 4)
+
+    def member(zone: str, instance: str) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=fleet.bootstrap(zone),
+            client_id=zone_client_id(zone),
+            group_id=group,
+            group_instance_id=instance,
+            session_timeout_ms=20000,
+            enable_auto_commit=False,
+        )
+
+    def parts(c: AIOKafkaConsumer) -> set[int]:
+        return {tp.partition for tp in c.assignment()}
+
+    async def poll_until(members: list[AIOKafkaConsumer], done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 45
+        while not done():
+            assert time.monotonic() < deadline, [parts(m) for m in members]
+            await asyncio.gather(*(m.getmany(timeout_ms=100) for m in members))
+
+    async def scenario() -> None:
+        a, b = member("az1", "aio-a"), member("az2", "aio-b")
+        await a.start()
+        await b.start()
+        await poll_until([a, b], lambda: len(parts(a)) == 2 and len(parts(b)) == 2)
+        a_parts, b_parts = parts(a), parts(b)
+        generation = b._coordinator.generation
+        await a.stop()  # a static member leaves no LeaveGroup behind
+        a2 = member("az3", "aio-a")
+        await a2.start()
+        try:
+            await poll_until([a2, b], lambda: bool(parts(a2)))
+            for _ in range(10):
+                await asyncio.gather(a2.getmany(timeout_ms=100), b.getmany(timeout_ms=100))
+            assert parts(a2) == a_parts and parts(b) == b_parts
+            assert a2._coordinator.generation == b._coordinator.generation == generation
+        finally:
+            await a2.stop()
+            await b.stop()
+
+    asyncio.run(scenario())
 
 
 # -- cooperative incremental rebalancing --------------------------------------------------------
