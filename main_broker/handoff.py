@@ -51,8 +51,7 @@ from main_broker.reassignment import (
 from s3_commit import ObjectStoreError
 from s3_commit.manifest import Manifest, StreamKey, manifest_key
 from s3_commit.node_registry import NodeRegistration, now_ms, registration_key
-from shared_wal import RecordType, WalError, WalReader
-from shared_wal import broker_records as wal_records
+from shared_wal import WalError, WalReader
 from shared_wal.broker_records import PreparedLink, rebuild_linked_batch
 
 if TYPE_CHECKING:
@@ -272,22 +271,8 @@ class Handoff:
             manifest = await tier.manifests.update(lambda m: m.with_stream(key, stream))
             tier.tracker.load({key: stream.end_offset})
             store.set_manifest(manifest)
-        # Our own WAL: the takeover record, then the tail with its original offsets.
-        header = takeover_header(move, tail)
-        tickets = [store.wal.submit(RecordType.CONTROL, header)]
-        for batch in tail.batches:
-            payload = batch.payload if batch.payload is not None else b""
-            tickets.append(store.wal.submit(RecordType.DATA, _data_header(batch.header), payload))
-        positions = [await ticket.wait() for ticket in tickets]
-        plog = store.apply_takeover(header)
-        assert plog is not None
-        for batch, position in zip(tail.batches, positions[1:], strict=True):
-            view = memoryview(batch.payload) if batch.payload is not None else None
-            plog.replay_batch(_data_header(batch.header), view, position)
-        for entry in plog.entries:
-            if entry.data is not None:
-                store.cache.add(entry)
-        store.partition_moved(plog)
+        batches = [(b.data_header(), b.payload or b"") for b in tail.batches]
+        await store.take_over(takeover_header(move, tail), batches)
         await self.role.meta.update(lambda d: finish_move(d, move))
         self.role.poke_peers()
         log.info(
@@ -373,12 +358,3 @@ class Handoff:
 
 class TakeoverIncomplete(Exception):
     """The source's WAL does not (yet) show everything the seal promised."""
-
-
-def _data_header(header: dict[str, Any]) -> dict[str, Any]:
-    producer = None
-    if int(header.get("pid", -1)) >= 0:
-        producer = (header["pid"], header["pe"], header["s"], header["ls"], header.get("at", 0))
-    return wal_records.data_header(
-        header["t"], header["p"], header["b"], header["l"], header["ts"], producer
-    )

@@ -30,7 +30,7 @@ from shared_wal import (
     WalWriter,
 )
 from shared_wal import broker_records as wal_records
-from shared_wal.batch_reader import BatchReader
+from shared_wal.batch_reader import BatchReader, Buffer
 from shared_wal.broker_records import PreparedLink
 
 if TYPE_CHECKING:
@@ -519,6 +519,26 @@ class LogStore:
 
     # -- reassignment ------------------------------------------------------------------------
 
+    async def take_over(
+        self, header: dict[str, Any], batches: list[tuple[dict[str, Any], Buffer]]
+    ) -> PartitionLog:
+        """Write a `takeover` record and the taken-over batches (DATA headers and payloads,
+        original offsets) to our WAL; once durable, the partition holds them."""
+        tickets = [self.wal.submit(RecordType.CONTROL, header)]
+        for data_header, payload in batches:
+            tickets.append(self.wal.submit(RecordType.DATA, data_header, payload))
+        positions = [await ticket.wait() for ticket in tickets]
+        plog = self.apply_takeover(header)
+        if plog is None:
+            raise KeyError(f"{header['t']}-{header['p']} is not known here")
+        for (data_header, payload), position in zip(batches, positions[1:], strict=True):
+            plog.replay_batch(data_header, memoryview(payload), position)
+        for entry in plog.entries:
+            if entry.data is not None:
+                self.cache.add(entry)
+        self.partition_moved(plog)
+        return plog
+
     def apply_takeover(self, header: dict[str, Any]) -> PartitionLog | None:
         """A `takeover` CONTROL record (main_broker/reassignment.py): the partition restarts
         at the adopted objects' end with the previous leader's producer state; the DATA
@@ -526,9 +546,7 @@ class LogStore:
         plog = self.partition(header["t"], header["p"])
         if plog is None:
             return None
-        plog.reset_for_takeover(header["s"], header["e"], header["pr"])
+        plog.reset_for_takeover(header["s"], header["e"], header["pr"], header.get("ls", 0))
         self.adopt_objects(plog)
-        if header.get("ls", 0) > plog.log_start_offset:
-            plog.log_start_offset = min(header["ls"], plog.next_offset)
         self._partition_changed(plog)
         return plog

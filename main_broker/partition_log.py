@@ -215,13 +215,17 @@ class PartitionLog:
         self.log_start_offset = offset
         return True
 
-    def reset_for_takeover(self, start: int, epoch: int, producer_rows: list[Any]) -> None:
+    def reset_for_takeover(
+        self, start: int, epoch: int, producer_rows: list[Any], floor: int = 0
+    ) -> None:
         """This main takes the partition over (a reassignment, main_broker/handoff.py): its
         log restarts at `start`, where the adopted objects end, with the previous leader's
-        producer state; the taken-over tail batches are replayed after this."""
+        producer state and log start floor (DeleteRecords); the taken-over tail batches are
+        replayed after this."""
         self.index = BatchIndex(start)
         self.high_watermark = start
-        self.log_start_offset = start
+        self.deleted_below = floor
+        self.log_start_offset = max(start, floor)
         self.leader_epoch = epoch
         self.producers = ProducerStateTable.from_snapshot(producer_rows)
         self.objects = None

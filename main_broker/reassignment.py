@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from main_broker.producer_state import BatchMetadata, ProducerStateTable
+from shared_wal import broker_records as wal_records
 
 if TYPE_CHECKING:
     from main_broker.cluster_doc import ClusterDoc
@@ -354,6 +355,15 @@ class TailBatch:
     @property
     def last_offset(self) -> int:
         return int(self.header["l"])
+
+    def data_header(self) -> dict[str, Any]:
+        """The DATA record header the target writes for it: the same offsets, timestamp and
+        producer keys (a LINK's pointer keys are gone: the target's record holds the bytes)."""
+        h = self.header
+        producer = None
+        if int(h.get("pid", -1)) >= 0:
+            producer = (h["pid"], h["pe"], h["s"], h["ls"], h.get("at", 0))
+        return wal_records.data_header(h["t"], h["p"], h["b"], h["l"], h["ts"], producer)
 
 
 @dataclass(slots=True)

@@ -18,12 +18,15 @@ from shared_wal import broker_records as wal_records
 
 
 async def _open(
-    url: str, config: WalConfig, load_offsets: Callable[[str, list[Any]], None] | None = None
+    url: str,
+    config: WalConfig,
+    load_offsets: Callable[[str, list[Any]], None] | None = None,
+    writer: str = "main-1",
 ) -> tuple[LogStore, WalWriter]:
     fs = open_wal_fs(url)
     holder: list[LogStore] = []
-    wal = await WalWriter.open(fs, "main-1", config, snapshot_provider=lambda: holder[0].snapshot())
-    store = LogStore(wal, WalReader(fs, "main-1"), 1 << 20, {})
+    wal = await WalWriter.open(fs, writer, config, snapshot_provider=lambda: holder[0].snapshot())
+    store = LogStore(wal, WalReader(fs, writer), 1 << 20, {})
     if load_offsets is not None:
         store.load_offsets = load_offsets
     holder.append(store)

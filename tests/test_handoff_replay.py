@@ -1,0 +1,68 @@
+"""A reassignment's takeover on the target's log store, without a fleet: the source's WAL
+records of the partition (TailCollector) become the target's `takeover` record and DATA
+records (LogStore.take_over), and a restart of the target replays them to the same log:
+offsets, payloads, producer state (a retried batch is a duplicate), epoch and log start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from main_broker.producer_state import Verdict
+from main_broker.reassignment import Move, TailCollector, takeover_header
+from shared_wal import WalConfig, WalReader, open_wal_fs
+from tests.test_log_store import _open, _produce, _values
+
+TOPIC_ID = bytes(range(16))
+
+
+async def test_takeover_rebuilds_the_partition_and_survives_a_restart(tmp_path: Path) -> None:
+    url = f"osfs://{tmp_path}"
+    config = WalConfig(segment_bytes=2048)  # several segments, the oldest with a SNAPSHOT
+    src, src_wal = await _open(url, config, writer="main-1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(src_wal.run)
+        await src.create_topic("t", 2, {}, TOPIC_ID)
+        for i in range(12):
+            await _produce(src, "t", 0, [f"v{i}-{j}".encode() * 8 for j in range(3)], 7, i * 3)
+            await _produce(src, "t", 1, [b"other"])
+        await src_wal.aclose()
+        nursery.cancel_scope.cancel()
+    source_values = await _values(src, "t", 0)
+
+    # The objects would hold offsets [0, 6): the target takes the rest from the WAL.
+    collector = TailCollector("t", 0, TOPIC_ID, 6)
+    reader = WalReader(open_wal_fs(url), "main-1")
+    for record in reader.iter_records(reader.segments()[0]):
+        collector.add(int(record.type), record.header, record.payload)
+    tail = collector.result()
+    assert (tail.start, tail.end, tail.gap) == (6, 36, None)
+    header = takeover_header(Move("t", 0, 1, 2, 1), tail)
+    batches = [(b.data_header(), bytes(b.payload or b"")) for b in tail.batches]
+
+    dst, dst_wal = await _open(url, config, writer="main-2")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dst_wal.run)
+        await dst.create_topic("t", 2, {}, TOPIC_ID, [1, 1])  # led by main 1 so far
+        plog = await dst.take_over(header, batches)
+        await dst_wal.aclose()
+        nursery.cancel_scope.cancel()
+
+    reopened, reopened_wal = await _open(url, config, writer="main-2")
+    try:
+        for store in (dst, reopened):
+            plog = store.partition("t", 0)
+            assert plog is not None
+            assert (plog.log_start_offset, plog.next_offset, plog.high_watermark) == (6, 36, 36)
+            assert plog.leader_epoch == 1
+            # Offsets 6.. hold exactly the source's batches.
+            assert await _values(store, "t", 0) == source_values[6:]
+            # The producer's last batch is remembered: its retry is a duplicate.
+            assert plog.producers.check(7, 0, 33, 35).verdict is Verdict.DUPLICATE
+            assert plog.producers.check(7, 0, 36, 38).verdict is Verdict.APPEND
+            assert plog.producers.check(7, 0, 40, 42).verdict is Verdict.REJECT
+            other = store.partition("t", 1)
+            assert other is not None and other.next_offset == 0  # only partition 0 moved
+    finally:
+        await reopened_wal.aclose()
