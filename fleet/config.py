@@ -61,6 +61,8 @@ auto_create_topics = true
 num_partitions = 1
 wal_cache_bytes = 268435456
 group_initial_rebalance_delay_ms = 300
+group_consumer_session_timeout_ms = 45000   # KIP-848 consumer groups (group.protocol=consumer)
+group_consumer_heartbeat_interval_ms = 5000
 
 [main_brokers.topic_defaults]     # broker-level defaults of topic configs
 "retention.ms" = "604800000"
@@ -354,6 +356,10 @@ def _parse_main(
         topic_defaults=topic_defaults,
         groups=GroupConfig(
             group_initial_rebalance_delay_ms=int(raw.get("group_initial_rebalance_delay_ms", 300)),
+            consumer_session_timeout_ms=int(raw.get("group_consumer_session_timeout_ms", 45000)),
+            consumer_heartbeat_interval_ms=int(
+                raw.get("group_consumer_heartbeat_interval_ms", 5000)
+            ),
         ),
         cluster_id=cluster_id,
         wal_url=wal_url,

@@ -6,6 +6,7 @@ for the error answers.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from tests.zone_fleet import (
     create_topic,
     produce_confluent,
     start_up_fleet,
+    write_zones_toml,
     zone_client_id,
 )
 
@@ -37,9 +39,23 @@ PARTITIONS = 6
 KIP848 = {"group.protocol": "consumer"}
 
 
+SESSION_TIMEOUT_MS = 6000
+
+
 @pytest.fixture(scope="module")
 def zone_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZoneFleet]:
-    proc, fleet = start_up_fleet(tmp_path_factory.mktemp("kip848"))
+    """`zonefleet up --config` of the `up --zones 3` TOML, with short KIP-848 sessions."""
+    data_dir = tmp_path_factory.mktemp("kip848")
+    path, _ = write_zones_toml(data_dir)
+    text, count = re.subn(
+        r"(?m)^(rpc_port = \d+)$",
+        f"\\1\ngroup_consumer_session_timeout_ms = {SESSION_TIMEOUT_MS}"
+        "\ngroup_consumer_heartbeat_interval_ms = 500",
+        path.read_text(),
+    )
+    assert count == 3
+    path.write_text(text)
+    proc, fleet = start_up_fleet(data_dir, config=path)
     try:
         yield fleet
     finally:
@@ -304,3 +320,29 @@ def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None
         assert [r.error_code for r in deleted.results] == [ErrorCode.none]
     finally:
         raw.close()
+
+
+def test_a_silent_member_is_dropped_after_its_session_timeout(zone_fleet: ZoneFleet) -> None:
+    fleet = zone_fleet
+    topic, group = _name("silent"), _name("silent")
+    create_topic(fleet, "az1", topic, 3)
+    raw = RawKafka(fleet.bootstrap("az1"))
+    join = raw.request(68, 1, _join_request(group, topic))
+    raw.close()
+    assert join.error_code == ErrorCode.none
+    assert sorted(join.assignment.topic_partitions[0].partitions) == [0, 1, 2]
+    joined = time.monotonic()
+    events: list[Event] = []
+    m = ConfluentMember("m", fleet.bootstrap("az2"), "az2", group, [topic], events, **KIP848)
+    m.start()
+    try:
+        # The silent member still holds every partition: nothing may go to m yet.
+        time.sleep(2.0)
+        assert m.assigned() == set()
+        wait_until(lambda: m.assigned() == {0, 1, 2}, 30, lambda: f"{m.assigned()}")
+        assert time.monotonic() - joined >= SESSION_TIMEOUT_MS / 1000 - 0.5
+        d = _describe(fleet, "az3", group)
+        assert [member.client_id for member in d.members] == [zone_client_id("az2")]
+    finally:
+        stop_all([m])
+    assert m.error is None and not m.errors
