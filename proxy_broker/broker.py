@@ -314,7 +314,15 @@ class ProxyBroker:
             leader = owner if owner is not None else part.owner
             view.leaders.append(leader)
             lt = self.mirrors[leader].topics.get(mt.name) if leader in self.mirrors else None
-            if lt is not None and lt.topic_id == mt.topic_id and p < len(lt.partitions):
+            if (
+                lt is not None
+                and lt.topic_id == mt.topic_id
+                and p < len(lt.partitions)
+                # After a reassignment another main's stream may name the new leader first:
+                # until the leader's own does (with its partition state in the same frame),
+                # its mirror's state is not the leader's.
+                and (p >= len(lt.leaders) or lt.leaders[p] == leader)
+            ):
                 view.partitions.append(lt.partitions[p])
             else:
                 # The leader's own stream has not shown it yet: a retriable error meanwhile.

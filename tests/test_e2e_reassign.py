@@ -254,7 +254,9 @@ class _Load:
             t.join(120)
         assert not self.failed, self.failed[:3]
         values = [v for _, v in self.consumed]
-        assert len(values) == len(set(values)), "a record was consumed twice"
+        seen: dict[bytes, int] = {}
+        twice = [(seen[v], o, v) for o, v in self.consumed if seen.setdefault(v, o) != o]
+        assert not twice, f"{len(twice)} records consumed twice, e.g. {twice[:3]}"
         assert set(values) == set(self.acked), (len(set(self.acked) - set(values)), len(self.acked))
         offsets = [o for o, _ in self.consumed]
         assert offsets == list(range(len(offsets))), "offsets not dense from 0"
