@@ -40,12 +40,39 @@ def _controller_id(broker: MainBroker) -> int:
     return broker.config.node_id
 
 
+def _topic_ids_refused(version: int, requested: Any) -> dict[str, Any] | None:
+    """Kafka's answer to a v10/v11 request naming a topic by id or without a name: v10 and
+    v11 carry the fields but Kafka refuses them (InvalidRequestException in the handler), and
+    its error response gives every requested topic INVALID_REQUEST ("" for a null name)."""
+    if not 10 <= version < 12 or not requested:
+        return None
+    if all(t.name is not None and t.topic_id is None for t in requested):
+        return None
+    return {
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": -1,
+        "topics": [
+            {
+                "error_code": ErrorCode.invalid_request,
+                "name": t.name or "",
+                "topic_id": t.topic_id,
+                "is_internal": False,
+                "partitions": [],
+            }
+            for t in requested
+        ],
+    }
+
+
 async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
     store = broker.store
     version = ctx.header.api_version
     requested = getattr(req, "topics", None)
     if version == 0 and requested is not None and len(requested) == 0:
         requested = None  # v0: an empty list means every topic
+    if (refused := _topic_ids_refused(version, requested)) is not None:
+        return refused
     allow_auto = (
         getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
     )
