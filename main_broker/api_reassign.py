@@ -40,22 +40,24 @@ async def alter_partition_reassignments(
     mains = _mains(broker)
     allow_rf_change = getattr(req, "allow_replication_factor_change", True)
     now_ms = int(time.time() * 1000)
-    outcomes: dict[tuple[str, int], tuple[int, str | None]] = {}
+    # Per topic, per partition entry in request order (an entry may repeat a partition).
+    outcomes: list[list[tuple[int, str | None]]] = []
 
     def change(doc: ClusterDoc) -> ClusterDoc:
         outcomes.clear()
         for topic in req.topics:
+            rows: list[tuple[int, str | None]] = []
+            outcomes.append(rows)
             for part in topic.partitions:
-                key = (topic.name, part.partition_index)
                 try:
                     if part.replicas is None:
                         doc = cancel_move(doc, topic.name, part.partition_index)
                     else:
                         target = validate_target(list(part.replicas), mains, allow_rf_change)
                         doc = request_move(doc, topic.name, part.partition_index, target, now_ms)
-                    outcomes[key] = (ErrorCode.none, None)
+                    rows.append((ErrorCode.none, None))
                 except MoveRefused as exc:
-                    outcomes[key] = (exc.code, exc.message)
+                    rows.append((exc.code, exc.message))
         return doc
 
     if broker.cluster is None:
@@ -80,13 +82,13 @@ async def alter_partition_reassignments(
                 "partitions": [
                     {
                         "partition_index": part.partition_index,
-                        "error_code": outcomes[(topic.name, part.partition_index)][0],
-                        "error_message": outcomes[(topic.name, part.partition_index)][1],
+                        "error_code": code,
+                        "error_message": msg,
                     }
-                    for part in topic.partitions
+                    for part, (code, msg) in zip(topic.partitions, rows, strict=True)
                 ],
             }
-            for topic in req.topics
+            for topic, rows in zip(req.topics, outcomes, strict=True)
         ],
     }
 
