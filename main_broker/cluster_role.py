@@ -140,7 +140,10 @@ class ClusterRole:
     def fresh(self) -> bool:
         """Whether this main may acknowledge appends: its last read of the document began
         within half the session timeout. A target takes a dead main's partitions over only
-        after a whole session timeout (main_broker/handoff.py)."""
+        after a whole session timeout (main_broker/handoff.py). A lone main has no one to
+        hand over to: it keeps acknowledging through a metadata store outage."""
+        if len(self.main_ids) == 1:
+            return True
         started = self.meta.read_started
         return started is not None and trio.current_time() - started < self.session_timeout_s / 2
 
