@@ -100,8 +100,9 @@ class Compactor:
         """Plan and run one job; returns whether the manifest was swapped."""
         tier = self.tier
         # Planning is pure but may scan every object: off the event loop.
+        skip = frozenset(self.skip) | self._moving_keys()
         job = await trio.to_thread.run_sync(
-            plan_compaction, tier.manifests.manifest, self.settings(), frozenset(self.skip)
+            plan_compaction, tier.manifests.manifest, self.settings(), skip
         )
         if job is None:
             return False
@@ -156,6 +157,18 @@ class Compactor:
         self.last_error = None
         self._log_job(job, outputs, manifest)
         return True
+
+    def _moving_keys(self) -> frozenset[str]:
+        """Objects with ranges of a partition being moved away: its new leader adopts those
+        ranges as our manifest lists them (main_broker/handoff.py), so they stay as they are."""
+        manifest = self.tier.manifests.manifest
+        keys: set[str] = set()
+        for topic in self.tier.broker.store.topics.values():
+            for plog in topic.partitions:
+                stream = manifest.stream(plog.topic_id, plog.partition) if plog.fenced else None
+                if stream is not None:
+                    keys.update(r.key for r in stream.ranges)
+        return frozenset(keys)
 
     async def delete_retired(self) -> None:
         tier = self.tier
