@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -158,37 +159,93 @@ def _create_error(broker: MainBroker, topic: Any, duplicate: bool) -> tuple[Erro
     return None
 
 
-async def delete_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    results = []
-    names: list[tuple[str | None, Any]] = []
-    if hasattr(req, "topic_names"):
-        names = [(n, None) for n in req.topic_names]
-    else:
-        for t in req.topics:
-            names.append((t.name, t.topic_id))
-    for name, topic_id in names:
-        state = None
-        if name is None and topic_id is not None:
-            state = broker.store.topics_by_id.get(topic_id.bytes)
-        elif name is not None:
-            state = broker.store.topics.get(name)
-        if state is None:
-            code = (
-                ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
-            )
-            results.append(
-                {
-                    "name": name,
-                    "topic_id": topic_id,
-                    "error_code": code,
-                    "error_message": "This server does not host this topic.",
-                }
-            )
-            continue
-        await broker.delete_topic(state.name)
-        results.append(
-            {"name": state.name, "topic_id": _uuid(state.topic_id), "error_code": ErrorCode.none}
+def plan_delete_topics(
+    names: Sequence[str],
+    rows: Sequence[tuple[str | None, uuid.UUID | None]],
+    topic_ids: Mapping[str, bytes],
+) -> tuple[dict[uuid.UUID, str], list[dict[str, Any]]]:
+    """Which topics a DeleteTopics deletes (id -> name) and the error rows, by Kafka's rules
+    (ControllerApis.deleteTopics): `names` are v0-v5 topic names, `rows` v6 (name, id) rows
+    (kio reads the zero id as None), `topic_ids` the existing topics. A row with neither or
+    both, a name or id given twice, or a name whose id was given too is INVALID_REQUEST."""
+    errors: list[dict[str, Any]] = []
+
+    def error(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode, why: str) -> None:
+        errors.append(
+            {"name": name, "topic_id": topic_id, "error_code": code, "error_message": why}
         )
+
+    # Ordered sets (dicts), so that the answer follows the request.
+    provided_names: dict[str, None] = {}
+    duplicate_names: dict[str, None] = {}
+    provided_ids: dict[uuid.UUID, None] = {}
+    duplicate_ids: dict[uuid.UUID, None] = {}
+
+    def add_name(name: str) -> None:
+        if name in duplicate_names or name in provided_names:
+            duplicate_names[name] = None
+            provided_names.pop(name, None)
+        else:
+            provided_names[name] = None
+
+    for given in names:
+        add_name(given)
+    for row_name, topic_id in rows:
+        if row_name is None and topic_id is None:
+            error(None, None, ErrorCode.invalid_request, NEITHER_NAME_NOR_ID)
+        elif row_name is None and topic_id is not None:
+            if topic_id in duplicate_ids or topic_id in provided_ids:
+                duplicate_ids[topic_id] = None
+                provided_ids.pop(topic_id, None)
+            else:
+                provided_ids[topic_id] = None
+        elif row_name is not None and topic_id is None:
+            add_name(row_name)
+        else:
+            error(row_name, topic_id, ErrorCode.invalid_request, NAME_AND_ID)
+    for name in duplicate_names:
+        error(name, None, ErrorCode.invalid_request, "Duplicate topic name.")
+    for topic_id in duplicate_ids:
+        error(None, topic_id, ErrorCode.invalid_request, "Duplicate topic id.")
+    names_by_id = {uuid.UUID(bytes=bytes(raw)): name for name, raw in topic_ids.items()}
+    delete: dict[uuid.UUID, str] = {}
+    for topic_id in provided_ids:
+        found = names_by_id.get(topic_id)
+        if found is None:
+            error(None, topic_id, ErrorCode.unknown_topic_id, UNKNOWN_TOPIC_ID_MESSAGE)
+        else:
+            delete[topic_id] = found
+    for name in provided_names:
+        raw = topic_ids.get(name)
+        if raw is None:
+            error(name, None, ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE)
+            continue
+        topic_id = uuid.UUID(bytes=bytes(raw))
+        if topic_id in duplicate_ids or topic_id in delete:
+            # Kafka then deletes neither, and answers only for the name.
+            duplicate_ids[topic_id] = None
+            delete.pop(topic_id, None)
+            error(name, topic_id, ErrorCode.invalid_request, NAME_OF_GIVEN_ID)
+        else:
+            delete[topic_id] = name
+    return delete, errors
+
+
+NEITHER_NAME_NOR_ID = "Neither topic name nor id were specified."
+NAME_AND_ID = "You may not specify both topic name and topic id."
+NAME_OF_GIVEN_ID = "The provided topic name maps to an ID that was already supplied."
+UNKNOWN_TOPIC_ID_MESSAGE = "This server does not host this topic ID."
+UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+
+
+async def delete_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    names = list(getattr(req, "topic_names", ()))
+    rows = [(t.name, t.topic_id) for t in getattr(req, "topics", ())]
+    existing = {name: state.topic_id for name, state in broker.store.topics.items()}
+    delete, results = plan_delete_topics(names, rows, existing)
+    for topic_id, name in delete.items():
+        await broker.delete_topic(name)
+        results.append({"name": name, "topic_id": topic_id, "error_code": ErrorCode.none})
     return {"responses": results}
 
 

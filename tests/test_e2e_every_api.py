@@ -576,3 +576,29 @@ def test_metadata_v10_v11_by_topic_id_gets_invalid_request(fleet: Fleet, version
         assert [(t.error_code, t.name) for t in response.topics] == [
             (ErrorCode.unknown_topic_id, None)
         ]
+
+
+def test_delete_topics_by_name_and_id_at_once_gets_invalid_request(fleet: Fleet) -> None:
+    # Was: deleted by the name, ignoring the id; Kafka refuses such a row and deletes nothing.
+    topic = f"delete-{uuid.uuid4().hex[:6]}"
+    create_topic(fleet.zones, "az1", topic, 1)
+    raw = RawKafka(fleet.bootstrap("main"))
+    try:
+        [described] = raw.request(3, 12, {"topics": [{"name": topic}]}).topics
+    finally:
+        raw.close()
+    rows = [
+        {"name": topic, "topic_id": described.topic_id},
+        {"name": None, "topic_id": None},
+        {"name": "gone", "topic_id": None},
+        {"name": "gone", "topic_id": None},
+    ]
+    for response in _both(fleet, 20, 6, {"topics": rows}):
+        answered = [(r.name, r.error_code, r.error_message) for r in response.responses]
+        assert len(answered) == 3 and set(answered) == {
+            (None, ErrorCode.invalid_request, "Neither topic name nor id were specified."),
+            ("gone", ErrorCode.invalid_request, "Duplicate topic name."),
+            (topic, ErrorCode.invalid_request, "You may not specify both topic name and topic id."),
+        }
+    for response in _both(fleet, 3, 12, {"topics": [{"name": topic}]}):
+        assert [t.error_code for t in response.topics] == [ErrorCode.none]
