@@ -34,11 +34,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from main_broker.reassignment import (
+    DATA,
+    LINK,
     SEALED,
     Move,
     MoveRefused,
@@ -51,7 +54,7 @@ from main_broker.reassignment import (
 from s3_commit import ObjectStoreError
 from s3_commit.manifest import Manifest, StreamKey, manifest_key
 from s3_commit.node_registry import NodeRegistration, now_ms, registration_key
-from shared_wal import WalError, WalReader
+from shared_wal import WalReader
 from shared_wal.broker_records import PreparedLink, rebuild_linked_batch
 
 if TYPE_CHECKING:
@@ -63,6 +66,7 @@ log = logging.getLogger("zonefleet.main_broker.handoff")
 
 RETRY_S = 0.5
 SEAL_POLL_S = 0.2
+SCAN_GATHER_S = 0.05
 
 
 class Handoff:
@@ -76,6 +80,8 @@ class Handoff:
         self._first_seen: dict[tuple[str, int, int], float] = {}
         self._doc: ClusterDoc | None = None
         self._doc_changed = trio.Event()
+        # Per source main, the takeovers waiting for the next scan of its WAL.
+        self._scans: dict[int, list[_TailRequest]] = {}
         self.completed = 0
         self.last_duration_s: float | None = None
         self.last_error: str | None = None
@@ -210,8 +216,8 @@ class Handoff:
             except MoveRefused as exc:
                 log.info("move of %s-%d withdrawn: %s", move.topic, move.partition, exc)
                 return
-            except (ObjectStoreError, OSError, WalError, TakeoverIncomplete) as exc:
-                self._failed(f"taking over {move.key}: {exc}")
+            except Exception as exc:  # retried: the main serves its other partitions on
+                self._failed(f"taking over {move.key}: {type(exc).__name__}: {exc}")
                 await trio.sleep(RETRY_S)
                 continue
             self.completed += 1
@@ -246,14 +252,7 @@ class Handoff:
                 stream = Manifest.from_bytes(found[0]).streams.get(key)
         start = stream.end_offset if stream is not None else 0
         sealed = move.state == SEALED
-        tail = await trio.to_thread.run_sync(
-            self._read_tail,
-            move,
-            plog.topic_id,
-            start,
-            move.wal_end if sealed else None,
-            limiter=store.batches.limiter,
-        )
+        tail = await self._tail(move, plog.topic_id, start, move.wal_end if sealed else None)
         if sealed and tail.end < move.end:
             raise TakeoverIncomplete(
                 f"main {move.source}'s WAL holds {move.key} up to {tail.end}, sealed at {move.end}"
@@ -288,17 +287,66 @@ class Handoff:
             move.epoch,
         )
 
-    def _read_tail(self, move: Move, topic_id: bytes, start: int, end: int | None) -> Tail:
-        """Blocking: the partition's records in the source's WAL from `start` on."""
-        store = self.broker.store
-        reader = WalReader(store.reader.fs, f"main-{move.source}")
+    async def _tail(self, move: Move, topic_id: bytes, start: int, end: int | None) -> Tail:
+        """The partition's tail from the source's WAL. Takeovers from the same source that
+        are ready together (a dead main's partitions) share one scan of its WAL."""
+        request = _TailRequest(move, topic_id, start, end)
+        scan = self._scans.get(move.source)
+        if scan is None:
+            scan = self._scans[move.source] = []
+            assert self._nursery is not None
+            self._nursery.start_soon(self._scan_soon, move.source)
+        scan.append(request)
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.tail is not None
+        return request.tail
+
+    async def _scan_soon(self, source: int) -> None:
+        await trio.sleep(SCAN_GATHER_S)  # let the other takeovers of this source join
+        requests = self._scans.pop(source)
         try:
-            collector = TailCollector(move.topic, move.partition, topic_id, start)
+            tails = await trio.to_thread.run_sync(
+                self._read_tails, source, requests, limiter=self.broker.store.batches.limiter
+            )
+            for request, tail in zip(requests, tails, strict=True):
+                request.tail = tail
+        except Exception as exc:  # each takeover retries: a bad scan must not stop the main
+            for request in requests:
+                request.error = exc
+        finally:
+            for request in requests:
+                request.done.set()
+
+    def _read_tails(self, source: int, requests: list[_TailRequest]) -> list[Tail]:
+        """Blocking: one scan of the source's WAL (to the furthest seal, or to its end when
+        a move has none) for every requested partition."""
+        store = self.broker.store
+        ends = [r.end for r in requests]
+        end = None if None in ends else max(e for e in ends if e is not None)
+        collectors = [
+            TailCollector(r.move.topic, r.move.partition, r.topic_id, r.start) for r in requests
+        ]
+        by_partition: dict[Any, TailCollector] = {(c.topic, c.partition): c for c in collectors}
+        reader = WalReader(store.reader.fs, f"main-{source}")
+        try:
             segments = reader.segments()
-            if segments:
-                for record in reader.iter_records(segments[0], end):
-                    collector.add(int(record.type), record.header, record.payload)
-            tail = collector.result()
+            records = reader.iter_records(segments[0], end) if segments else iter(())
+            for n, record in enumerate(records):
+                rtype, header = int(record.type), record.header
+                # The first record goes to every collector: only a SNAPSHOT there counts.
+                if n and rtype in (DATA, LINK):
+                    collector = by_partition.get((header.get("t"), header.get("p")))
+                    if collector is not None:
+                        collector.add(rtype, header, record.payload)
+                else:
+                    for collector in collectors:
+                        collector.add(rtype, header, record.payload)
+        finally:
+            reader.close()
+        tails = [c.result() for c in collectors]
+        for tail in tails:
             for batch in tail.batches:
                 if batch.is_link:
                     link = PreparedLink.from_header(batch.header)
@@ -310,9 +358,7 @@ class Handoff:
                     )
                 else:
                     batch.payload = bytes(batch.payload or b"")
-            return tail
-        finally:
-            reader.close()
+        return tails
 
     # -- a former leader --------------------------------------------------------------------
 
@@ -354,6 +400,17 @@ class Handoff:
     def _failed(self, message: str) -> None:
         self.last_error = message
         log.warning("%s (retrying)", message)
+
+
+@dataclass(slots=True)
+class _TailRequest:
+    move: Move
+    topic_id: bytes
+    start: int
+    end: int | None
+    done: trio.Event = field(default_factory=trio.Event)
+    tail: Tail | None = None
+    error: Exception | None = None
 
 
 class TakeoverIncomplete(Exception):
