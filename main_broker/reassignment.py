@@ -307,7 +307,8 @@ def ongoing_listing(
     by_topic: dict[str, list[Move]] = {}
     for key in sorted(doc.moves):
         move = doc.moves[key]
-        by_topic.setdefault(move.topic, []).append(move)
+        if move.topic in doc.topics:  # a move of a deleted topic ends with the next change
+            by_topic.setdefault(move.topic, []).append(move)
     if wanted is None:
         chosen = by_topic
     else:

@@ -125,6 +125,12 @@ def test_listing_as_kafka() -> None:
     assert ongoing_listing(doc, None) == [{"name": "orders", "partitions": [row]}]
     assert ongoing_listing(doc, [("orders", [2, 5])]) == [{"name": "orders", "partitions": [row]}]
     assert ongoing_listing(doc, [("orders", [0]), ("nope", [0])]) == []
+    # A deleted topic's move is not listed (it leaves the document with the next change).
+    gone = doc.without_topic("orders")
+    assert ongoing_listing(gone, None) == []
+    assert request_move(gone.with_topic("x", OTHER_ID, 1, {}, [1]), "x", 0, 2, 0).moves.keys() == {
+        ("x", 0)
+    }
 
 
 def test_golden_document_with_a_move() -> None:
