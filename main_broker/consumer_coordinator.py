@@ -30,6 +30,7 @@ GROUP_ID_NOT_FOUND = int(ErrorCode.group_id_not_found)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 MEMBER_TYPE_CONSUMER = 1
+RESTART_MARGIN_S = 1.0
 
 
 class TopicCatalog(Protocol):
@@ -54,9 +55,17 @@ class ConsumerCoordinator:
         self.drop_classic: Callable[[str], None] = lambda group_id: None
         self._wakeup = trio.Event()
         self._next_wake = -math.inf
+        self._hold_until = -math.inf
 
     # ------------------------------------------------------------------ timers
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        if self.topics.topic_partition_counts():
+            # A restart (a fresh cluster has no topics yet). Membership is not persisted, and
+            # the members of before keep reading until a heartbeat tells them they are unknown
+            # or, unable to heartbeat, their session runs out: until then new groups hand out
+            # no partitions, or two members could read one partition at once.
+            session_s = self.config.consumer_session_timeout_ms / 1000
+            self._hold_until = trio.current_time() + session_s + RESTART_MARGIN_S
         task_status.started()
         while True:
             now = trio.current_time()
@@ -96,6 +105,7 @@ class ConsumerCoordinator:
                 message = f"group {group_id} is not a consumer group"
                 return {**base, "error_code": GROUP_ID_NOT_FOUND, "error_message": message}
             group = ConsumerGroup(group_id, self.config.consumer_session_timeout_ms)
+            group.hold_until = self._hold_until
         topics = self.topics.topic_partition_counts()
         owned = request.topic_partitions
         inp = HeartbeatInput(

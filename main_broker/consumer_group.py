@@ -94,8 +94,8 @@ class ConsumerMember:
     assigned: Assignment = field(default_factory=dict)
     revoking: Assignment = field(default_factory=dict)
     revoke_deadline: float | None = None
-    # What the member was last told (epoch, assignment): unchanged answers leave it out.
-    sent: tuple[int, Assignment] | None = None
+    # The assignment the member was last sent: an unchanged one is left out of answers.
+    sent: Assignment | None = None
 
     def subscribed(self, topics: Mapping[str, int]) -> frozenset[str]:
         names = {t for t in self.subscribed_names if t in topics}
@@ -133,6 +133,9 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}
         self.subscription_metadata: dict[str, int] = {}
         self._dirty = False  # membership or subscriptions changed since the last epoch
+        # Until then no partition is handed out: members of the group's previous life (before
+        # the coordinator restarted) may still hold them (consumer_coordinator sets it).
+        self.hold_until = float("-inf")
         # Who holds each partition now (assigned or still revoking it).
         self.owner: dict[TopicPartition, str] = {}
 
@@ -194,16 +197,20 @@ class ConsumerGroup:
         member.session_deadline = now + self.session_timeout_s
         self._refresh_target(topics)
         self._reconcile(member, req.owned, now)
-        answer = (member.member_epoch, dict(member.assigned))
-        changed = member.sent != answer
-        if not changed and req.owned is not None:
-            changed = _pairs(req.owned) != _pairs(member.assigned)
-        member.sent = answer
+        # As Kafka: the assignment goes out when it changed, or to a full request (a join, or
+        # a member resyncing after an error, which sends every optional field).
+        changed = member.sent is None or _pairs(member.sent) != _pairs(member.assigned)
+        full = joining or (
+            req.rebalance_timeout_ms != -1
+            and req.subscribed_topic_names is not None
+            and req.owned is not None
+        )
+        member.sent = dict(member.assigned)
         return HeartbeatResult(
             NONE,
             member.member_id,
             member.member_epoch,
-            assignment=dict(member.assigned) if changed or joining else None,
+            assignment=dict(member.assigned) if changed or full else None,
         )
 
     def _error(self, req: HeartbeatInput, code: int, message: str | None = None) -> HeartbeatResult:
@@ -388,6 +395,8 @@ class ConsumerGroup:
             return
         new = target - current
         free = {tp for tp in new if self.owner.get(tp, member.member_id) == member.member_id}
+        if now < self.hold_until:
+            free = set()
         for tp in free:
             self.owner[tp] = member.member_id
         member.assigned = _assignment(current | free)

@@ -4,6 +4,8 @@ partition up, so that a group's members together read every record exactly once.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -12,7 +14,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from tests.zone_fleet import Record, confluent_record, zone_client_id
+from tests.fleet_process import FleetProcess
+from tests.raw_kafka import RawKafka
+from tests.test_fleet_supervisor import node_pids
+from tests.zone_fleet import Record, ZoneFleet, confluent_record, zone_client_id
+from zone_router import group_coordinator
 
 # (monotonic time, member name, "assign" | "revoke" | "lost", partitions)
 Event = tuple[float, str, str, frozenset[int]]
@@ -142,3 +148,39 @@ def by_member(members: Sequence[ConfluentMember]) -> dict[str, set[int]]:
     for m in members:
         out[m.member] |= {p for p, _, _ in m.records}
     return dict(out)
+
+
+def main_bootstraps(fleet: ZoneFleet) -> dict[int, str]:
+    """Main node id -> its own Kafka bootstrap."""
+    return {
+        m.broker.node_id: f"{m.broker.advertised[0]}:{m.broker.advertised[1]}"
+        for m in fleet.config.mains
+    }
+
+
+def coordinator_of(fleet: ZoneFleet, group: str) -> int:
+    return group_coordinator(group, sorted(main_bootstraps(fleet)))
+
+
+def restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> None:
+    """SIGTERM one main; `up` restarts it. Returns once it answers Kafka requests again."""
+    assert proc.proc is not None
+    supervisor = proc.proc.pid
+    key = f"main-broker {node_id}"
+    pid = node_pids(supervisor)[key]
+    os.kill(pid, signal.SIGTERM)
+    wait_until(
+        lambda: node_pids(supervisor).get(key) not in (None, pid),
+        60,
+        lambda: f"main {node_id} was not restarted",
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            raw = RawKafka(main_bootstraps(fleet)[node_id])
+            raw.request(3, 12, {"topics": [], "allow_auto_topic_creation": False})
+            raw.close()
+            return
+        except Exception:
+            assert time.monotonic() < deadline, f"main {node_id} does not answer"
+            time.sleep(0.3)

@@ -241,3 +241,15 @@ def test_regex_subscription_and_new_topics_bump_the_epoch() -> None:
     )
     assert r2.member_epoch > r.member_epoch and r2.assignment is not None
     assert r2.assignment["ops"] == frozenset({0})
+
+
+def test_a_held_group_hands_out_nothing_until_the_hold_ends() -> None:
+    """After a coordinator restart, members of before may still read: wait them out."""
+    g = ConsumerGroup("g", 45_000)
+    g.hold_until = 5.0
+    a = _join(g, "A", now=1.0)
+    assert a.member_epoch == 1 and _parts(a) == set()
+    assert g.members["A"].state is MemberState.UNRELEASED_PARTITIONS
+    assert _beat(g, "A", 1, now=4.9).assignment is None
+    assert _parts(_beat(g, "A", 1, now=5.0)) == set(range(6))
+    assert g.state == "Stable"

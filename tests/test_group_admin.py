@@ -11,8 +11,6 @@ confluent-kafka, kafka-python and aiokafka.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import threading
 import time
 import uuid
@@ -43,11 +41,13 @@ from tests.group_members import (
     ConfluentMember,
     Event,
     check_exclusive_ownership,
+    coordinator_of,
+    main_bootstraps,
+    restart_main,
     stop_all,
     wait_until,
 )
 from tests.raw_kafka import RawKafka
-from tests.test_fleet_supervisor import node_pids
 from tests.zone_fleet import (
     ZoneFleet,
     check_exactly_once_in_order,
@@ -56,7 +56,6 @@ from tests.zone_fleet import (
     start_up_fleet,
     zone_client_id,
 )
-from zone_router import group_coordinator
 
 INT32_MIN = -(2**31)
 
@@ -94,18 +93,6 @@ def _admin(fleet: ZoneFleet, zone: str = "az1") -> AdminClient:
     return _ADMINS[bootstrap]
 
 
-def _mains(fleet: ZoneFleet) -> dict[int, str]:
-    """Main node id -> its own Kafka bootstrap."""
-    return {
-        m.broker.node_id: f"{m.broker.advertised[0]}:{m.broker.advertised[1]}"
-        for m in fleet.config.mains
-    }
-
-
-def _coordinator(fleet: ZoneFleet, group: str) -> int:
-    return group_coordinator(group, sorted(_mains(fleet)))
-
-
 def _error_code(future: object) -> int:
     with pytest.raises(KafkaException) as info:
         future.result(timeout=30)  # type: ignore[attr-defined]
@@ -132,35 +119,11 @@ def _committed(fleet: ZoneFleet, zone: str, group: str) -> dict[tuple[str, int],
     }
 
 
-def _restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> None:
-    """SIGTERM one main; `up` restarts it. Returns once it answers Kafka requests again."""
-    assert proc.proc is not None
-    supervisor = proc.proc.pid
-    key = f"main-broker {node_id}"
-    pid = node_pids(supervisor)[key]
-    os.kill(pid, signal.SIGTERM)
-    wait_until(
-        lambda: node_pids(supervisor).get(key) not in (None, pid),
-        60,
-        lambda: f"main {node_id} was not restarted",
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            raw = RawKafka(_mains(fleet)[node_id])
-            raw.request(3, 12, {"topics": [], "allow_auto_topic_creation": False})
-            raw.close()
-            return
-        except Exception:
-            assert time.monotonic() < deadline, f"main {node_id} does not answer"
-            time.sleep(0.3)
-
-
 def _one_group_per_main(fleet: ZoneFleet, prefix: str) -> dict[int, str]:
     groups: dict[int, str] = {}
-    while len(groups) < len(_mains(fleet)):
+    while len(groups) < len(main_bootstraps(fleet)):
         g = _name(prefix)
-        groups.setdefault(_coordinator(fleet, g), g)
+        groups.setdefault(coordinator_of(fleet, g), g)
     return groups
 
 
@@ -196,8 +159,8 @@ def test_delete_groups_errors_and_durable_deletion(
     for g in groups.values():
         assert _committed(fleet, "az3", g) == {}
     # NOT_COORDINATOR from a main that does not coordinate the group (asked directly).
-    other = next(n for n in _mains(fleet) if n != _coordinator(fleet, kept))
-    raw = RawKafka(_mains(fleet)[other])
+    other = next(n for n in main_bootstraps(fleet) if n != coordinator_of(fleet, kept))
+    raw = RawKafka(main_bootstraps(fleet)[other])
     resp = raw.request(42, 2, {"groups_names": [kept, ""]})
     raw.close()
     assert [(r.group_id, r.error_code) for r in resp.results] == [
@@ -205,8 +168,8 @@ def test_delete_groups_errors_and_durable_deletion(
         ("", ErrorCode.invalid_group_id),
     ]
     # Durable: after restarting every main the deleted groups stay deleted, the other stays.
-    for node in sorted(_mains(fleet)):
-        _restart_main(proc, fleet, node)
+    for node in sorted(main_bootstraps(fleet)):
+        restart_main(proc, fleet, node)
     assert _committed(fleet, "az1", kept) == {(topic, 2): 9}
     for g in groups.values():
         assert _committed(fleet, "az1", g) == {}
@@ -253,7 +216,7 @@ def test_offset_delete_refuses_subscribed_topics_and_is_durable(
     )
     assert resp.error_code == ErrorCode.group_id_not_found
     raw.close()
-    _restart_main(proc, fleet, _coordinator(fleet, group))
+    restart_main(proc, fleet, coordinator_of(fleet, group))
     assert _committed(fleet, "az2", group) == {(subscribed, 0): 3, (other, 1): 6}
     admin.close()
 

@@ -42,8 +42,11 @@ class Store:
 
 
 class Topics:
+    def __init__(self) -> None:
+        self.counts = {"t": 2, "u": 2}
+
     def topic_partition_counts(self) -> dict[str, int]:
-        return {"t": 2, "u": 2}
+        return self.counts
 
     def topic_id(self, name: str) -> uuid.UUID | None:
         return TOPIC_IDS.get(name)
@@ -63,12 +66,15 @@ async def coords(
 ) -> tuple[GroupCoordinator, ConsumerCoordinator]:
     config = GroupConfig(consumer_session_timeout_ms=10_000)
     classic = GroupCoordinator(config, store)
-    consumer = ConsumerCoordinator(config, Topics())
+    topics = Topics()
+    consumer = ConsumerCoordinator(config, topics)
     consumer.classic_in_use = classic.in_use
     consumer.drop_classic = classic.remove_group
     classic.consumer_in_use = consumer.in_use
     await nursery.start(classic.run)
+    topics.counts = {}  # a fresh cluster: no topics yet when the coordinator starts
     await nursery.start(consumer.run)
+    topics.counts = {"t": 2, "u": 2}
     return classic, consumer
 
 
@@ -255,3 +261,22 @@ async def test_consumer_coordinator_topic_ids_and_session_expiry(
         == ErrorCode.group_id_not_found
     )
     assert m["error_code"] == 0
+
+
+async def test_after_a_restart_new_groups_wait_out_the_old_members_sessions(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    """Membership is not persisted: a coordinator that starts with topics (a restart) hands
+    out no partitions for one session timeout, while members of before may still read."""
+    consumer = ConsumerCoordinator(GroupConfig(consumer_session_timeout_ms=10_000), Topics())
+    await nursery.start(consumer.run)
+    started = trio.current_time()
+    first = consumer.heartbeat(_heartbeat("g", "A", 0, ["t"]), "c", "h")
+    assert first["member_epoch"] == 1 and first["assignment"] == {"topic_partitions": []}
+    await trio.sleep(9.0)
+    assert consumer.heartbeat(_heartbeat("g", "A", 1), "c", "h")["assignment"] is None
+    await trio.sleep_until(started + 11.0)
+    late = consumer.heartbeat(_heartbeat("g", "A", 1), "c", "h")
+    assert late["assignment"] == {
+        "topic_partitions": [{"topic_id": TOPIC_IDS["t"], "partitions": [0, 1]}]
+    }
