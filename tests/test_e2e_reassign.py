@@ -32,8 +32,10 @@ from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     SplitFleet,
     ZoneFleet,
+    check_exactly_once_in_order,
     consume_confluent,
     create_topic,
+    produce_confluent,
     raw_metadata,
     start_up_fleet,
     write_zones_toml,
@@ -482,6 +484,12 @@ def test_move_off_a_killed_main(split_fleet: SplitFleet, request: pytest.Fixture
             if i % 100 == 0:
                 time.sleep(0.01)
 
+    # With the controller, a second topic too: the dead main leads two of its six partitions,
+    # so one live main takes over two of the dead main's partitions at once (one WAL scan).
+    wide = f"wide-{uuid.uuid4().hex[:8]}"
+    if by_controller:
+        create_topic(zfleet, live_zone, wide, 6)
+        produce_confluent(zfleet.bootstrap(live_zone), live_zone, wide, 600, "w")
     produce(0, 3000)
     deadline = time.monotonic() + 30
     while len(acked) < 1500:  # kill with some acknowledged and some in flight
@@ -535,3 +543,8 @@ def test_move_off_a_killed_main(split_fleet: SplitFleet, request: pytest.Fixture
         assert len(values) == len(set(values)), f"{zone}: a record was read twice"
         assert set(values) == set(acked), (zone, len(set(acked) - set(values)))
         assert [o for _, o, _ in got] == list(range(len(got)))
+    if by_controller:
+        leaders = {p: _leader(zfleet, wide, p, skip={source})[0] for p in range(6)}
+        assert set(leaders.values()) <= set(live), leaders
+        got = consume_confluent(zfleet.bootstrap(live_zone), live_zone, wide, 6, 600, timeout=60)
+        check_exactly_once_in_order(got, 600, "w")
