@@ -19,6 +19,7 @@ from main_broker.reassignment import (
     SNAPSHOT,
     Move,
     MoveRefused,
+    Tail,
     TailCollector,
     cancel_move,
     evacuate,
@@ -290,3 +291,20 @@ def test_evacuate_dead_mains() -> None:
     other = next(n for n in (1, 3) if n != dying)
     again = evacuate(sealed, {2, dying}, [other], 8).moves[key]
     assert (again.target, again.state, again.end, again.epoch) == (other, SEALED, 40, 1)
+
+
+def test_golden_takeover_record_header() -> None:
+    """The `takeover` CONTROL header's exact msgpack bytes (docs/formats.md): the target's
+    replay reads it, and so does the next target's TailCollector when the partition moves on."""
+    tail = Tail(100, [], [[7, 0, [[0, 4, 95, 99, 1700000000000]]]], 50)
+    header = takeover_header(Move("t", 1, 1, 2, 3), tail)
+    assert msgpack.packb(header, use_bin_type=True).hex() == (
+        "87"  # fixmap(7)
+        "a16b a874616b656f766572"  # "k": "takeover"
+        "a174 a174"  # "t": "t"
+        "a170 01"  # "p": 1
+        "a165 03"  # "e": 3 (the move's leader epoch)
+        "a173 64"  # "s": 100 (the adopted objects' end)
+        "a26c73 32"  # "ls": 50 (log start floor)
+        "a27072 91 93 07 00 91 95 00 04 5f 63 cf0000018bcfe56800"  # "pr": producer rows
+    ).replace(" ", "")
