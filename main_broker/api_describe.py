@@ -16,11 +16,11 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from main_broker.api_cluster import topic_metadata
+from main_broker.partition_log import PartitionLog, leader_error
 from s3_commit.manifest import manifest_key
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker, RequestContext
-    from main_broker.partition_log import PartitionLog
 
 # Kafka's max.request.partition.size.limit default: partitions per DescribeTopicPartitions answer.
 MAX_PARTITIONS_PER_RESPONSE = 2000
@@ -211,11 +211,10 @@ async def describe_producers(broker: MainBroker, ctx: RequestContext, req: Any) 
             }
             parts_out.append(out)
             plog = broker.store.partition(topic.name, index)
-            if plog is None:
-                out["error_code"] = ErrorCode.unknown_topic_or_partition
-            elif not plog.owned:
-                out["error_code"] = ErrorCode.not_leader_or_follower
+            if (error := leader_error(plog)) is not None:
+                out["error_code"] = error
             else:
+                assert plog is not None
                 out["active_producers"] = [
                     {
                         "producer_id": producer_id,

@@ -13,7 +13,7 @@ from kafka_wire.fetch_serving import PartitionReadError, leader_epoch_error, ser
 from kafka_wire.record_batch import decode_records_for_tools, parse_batch_header
 from kafka_wire.server_loop import Buffer
 from main_broker.log_store import TopicState
-from main_broker.partition_log import BatchEntry
+from main_broker.partition_log import BatchEntry, leader_error
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker, RequestContext
@@ -96,12 +96,10 @@ async def list_offsets(broker: MainBroker, ctx: RequestContext, req: Any) -> dic
             }
             parts_out.append(out)
             plog = broker.store.partition(topic.name, p.partition_index)
-            if plog is None:
-                out["error_code"] = ErrorCode.unknown_topic_or_partition
+            if (error := leader_error(plog)) is not None:
+                out["error_code"] = error
                 continue
-            if not plog.owned:
-                out["error_code"] = ErrorCode.not_leader_or_follower
-                continue
+            assert plog is not None
             epoch_error = leader_epoch_error(
                 plog.leader_epoch, getattr(p, "current_leader_epoch", -1)
             )

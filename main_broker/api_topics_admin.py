@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from main_broker.append import may_append
 from main_broker.cluster_doc import TopicExists, UnknownTopic
 from main_broker.config_changes import ConfigChangeError, replace_topic_configs, topic_entries
+from main_broker.partition_log import leader_error
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker, RequestContext
@@ -332,10 +334,12 @@ async def delete_records(broker: MainBroker, ctx: RequestContext, req: Any) -> d
             }
             parts_out.append(out)
             plog = broker.store.partition(topic.name, p.partition_index)
-            if plog is None:
-                out["error_code"] = ErrorCode.unknown_topic_or_partition
+            if (error := leader_error(plog)) is not None:
+                out["error_code"] = error
                 continue
-            if not plog.owned:
+            assert plog is not None
+            if not may_append(broker, plog):
+                # A move is sealing the partition: its log start goes over as it stands now.
                 out["error_code"] = ErrorCode.not_leader_or_follower
                 continue
             offset = plog.high_watermark if p.offset == HIGH_WATERMARK else p.offset

@@ -33,6 +33,15 @@ if TYPE_CHECKING:
 __all__ = ["BatchEntry", "FetchSlice", "ObjectSpan", "PartitionLog"]
 
 
+def leader_error(plog: PartitionLog | None) -> ErrorCode | None:
+    """The error a request only the partition's leader serves gets from this main, if any."""
+    if plog is None:
+        return ErrorCode.unknown_topic_or_partition
+    if not plog.owned:
+        return ErrorCode.not_leader_or_follower
+    return None
+
+
 class FetchSlice(NamedTuple):
     """Also an (error code, entries) pair, the shape `kafka_wire.fetch_serving` expects."""
 

@@ -23,18 +23,19 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import NewTopic, OffsetSpec
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_wire.codec import build_request, encode_request
-from tests.fleet_process import FleetProcess
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     ZoneFleet,
+    confluent_admin,
     create_topic,
     produce_confluent,
-    start_up_fleet,
+    running_up_fleet,
+    unique_name,
     zone_client_id,
 )
 
@@ -47,20 +48,8 @@ KCAT = shutil.which("kcat")
 
 @pytest.fixture(scope="module")
 def zone_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZoneFleet]:
-    proc, fleet = start_up_fleet(tmp_path_factory.mktemp("describe"))
-    try:
+    with running_up_fleet(tmp_path_factory.mktemp("describe")) as (_, fleet):
         yield fleet
-    finally:
-        _stop(proc)
-
-
-def _stop(proc: FleetProcess) -> None:
-    code = proc.stop()
-    assert code == 0, "zonefleet up did not stop cleanly:\n" + "".join(proc.output[-40:])
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def _raw(fleet: ZoneFleet, zone: str) -> RawKafka:
@@ -85,10 +74,10 @@ def _describe_topic_partitions(
 
 
 def test_describe_topic_partitions_pages_and_shows_only_zone_nodes(zone_fleet: ZoneFleet) -> None:
-    first, second = sorted([_topic("dtp"), _topic("dtp")])
+    first, second = sorted([unique_name("dtp"), unique_name("dtp")])
     create_topic(zone_fleet, "az2", first, PARTITIONS)
     create_topic(zone_fleet, "az2", second, 2)
-    missing = _topic("dtp-missing")
+    missing = unique_name("dtp-missing")
     raw = _raw(zone_fleet, "az2")
     try:
         resp = _describe_topic_partitions(raw, [second, first, missing], 4)
@@ -127,7 +116,7 @@ def test_describe_topic_partitions_pages_and_shows_only_zone_nodes(zone_fleet: Z
 
 
 def test_describe_log_dirs_reports_every_partition_once(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("logdirs")
+    topic = unique_name("logdirs")
     create_topic(zone_fleet, "az1", topic, PARTITIONS)
     n = 600
     produce_confluent(zone_fleet.bootstrap("az1"), "az1", topic, n, "ld")
@@ -167,7 +156,7 @@ def test_describe_log_dirs_reports_every_partition_once(zone_fleet: ZoneFleet) -
 
 
 def test_describe_producers_shows_the_idempotent_producer(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("producers")
+    topic = unique_name("producers")
     create_topic(zone_fleet, "az3", topic, 3)
     counts: Counter[int] = Counter()
     producer = Producer(
@@ -287,7 +276,7 @@ N_TIMED = 20
 @pytest.fixture(scope="module")
 def timed_topic(zone_fleet: ZoneFleet) -> str:
     """One partition of N_TIMED records with CreateTime T0, T0+1s, ... (one per batch)."""
-    topic = _topic("times")
+    topic = unique_name("times")
     create_topic(zone_fleet, "az2", topic, 1)
     producer = Producer(
         {
@@ -312,7 +301,7 @@ def test_confluent_offsets_for_times_and_offset_specs(
         {
             "bootstrap.servers": zone_fleet.bootstrap(az),
             "client.id": zone_client_id(az),
-            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "group.id": unique_name("g"),
         }
     )
     try:
@@ -330,9 +319,7 @@ def test_confluent_offsets_for_times_and_offset_specs(
         )
     finally:
         consumer.close()
-    admin = AdminClient(
-        {"bootstrap.servers": zone_fleet.bootstrap(az), "client.id": zone_client_id(az)}
-    )
+    admin = confluent_admin(zone_fleet, az)
     tp = TopicPartition(timed_topic, 0)
     specs = {
         "earliest": OffsetSpec.earliest(),
@@ -441,11 +428,9 @@ def test_aiokafka_offsets_for_times_and_seeking(zone_fleet: ZoneFleet, timed_top
 
 
 def test_log_append_time_is_stamped_and_searchable_through_a_proxy(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("lat")
+    topic = unique_name("lat")
     az = "az1"
-    admin = AdminClient(
-        {"bootstrap.servers": zone_fleet.bootstrap(az), "client.id": zone_client_id(az)}
-    )
+    admin = confluent_admin(zone_fleet, az)
     new = NewTopic(topic, 1, 1, config={"message.timestamp.type": "LogAppendTime"})
     admin.create_topics([new])[topic].result(timeout=30)
     before = int(time.time() * 1000)
@@ -460,7 +445,7 @@ def test_log_append_time_is_stamped_and_searchable_through_a_proxy(zone_fleet: Z
         {
             "bootstrap.servers": zone_fleet.bootstrap("az2"),
             "client.id": zone_client_id("az2"),
-            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "group.id": unique_name("g"),
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
         }

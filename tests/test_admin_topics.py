@@ -24,9 +24,10 @@ from kio.schema.errors import ErrorCode
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     ZoneFleet,
+    confluent_admin,
     consume_partition,
     create_topic,
-    start_up_fleet,
+    running_up_fleet,
     true_leader_zones,
     zone_client_id,
 )
@@ -36,17 +37,12 @@ ZONE = "az1"
 
 @pytest.fixture(scope="module")
 def zone_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZoneFleet]:
-    proc, fleet = start_up_fleet(tmp_path_factory.mktemp("admin-topics"))
-    try:
+    with running_up_fleet(tmp_path_factory.mktemp("admin-topics")) as (_, fleet):
         yield fleet
-    finally:
-        proc.stop()
 
 
 def _admin(fleet: ZoneFleet, zone: str = ZONE) -> AdminClient:
-    return AdminClient(
-        {"bootstrap.servers": fleet.bootstrap(zone), "client.id": zone_client_id(zone)}
-    )
+    return confluent_admin(fleet, zone)
 
 
 def _topic() -> str:

@@ -9,7 +9,6 @@ import struct
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,7 +21,6 @@ from kafka import KafkaAdminClient, KafkaConsumer
 
 from kafka_wire.codec import build_request, encode_request
 from kafka_wire.rpc_frames import decode_body
-from tests.fleet_process import FleetProcess
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     Record,
@@ -36,8 +34,9 @@ from tests.zone_fleet import (
     produce_confluent,
     produce_kafka_python,
     raw_metadata,
-    start_up_fleet,
+    running_up_fleet,
     true_leader_zones,
+    unique_name,
     zone_client_id,
 )
 
@@ -48,27 +47,15 @@ KCAT = shutil.which("kcat")
 
 @pytest.fixture(scope="module")
 def zone_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZoneFleet]:
-    proc, fleet = start_up_fleet(tmp_path_factory.mktemp("zones"))
-    try:
+    with running_up_fleet(tmp_path_factory.mktemp("zones")) as (_, fleet):
         yield fleet
-    finally:
-        _stop(proc)
-
-
-def _stop(proc: FleetProcess) -> None:
-    code = proc.stop()
-    assert code == 0, "zonefleet up did not stop cleanly:\n" + "".join(proc.output[-40:])
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 # -- 1. metadata -------------------------------------------------------------------------------
 
 
 def test_az2_client_sees_only_az2_nodes(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("meta")
+    topic = unique_name("meta")
     create_topic(zone_fleet, "az2", topic, PARTITIONS)
     az2 = zone_fleet.bootstrap("az2")
     own = zone_fleet.node_ids("az2")
@@ -118,7 +105,7 @@ def test_az2_client_sees_only_az2_nodes(zone_fleet: ZoneFleet) -> None:
 
 
 def test_untagged_client_of_az1_stays_in_az1(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("untagged")
+    topic = unique_name("untagged")
     create_topic(zone_fleet, "az1", topic, PARTITIONS)
     # RawKafka's client.id carries no zone tag: the az1 proxy alone places it in az1.
     raw = RawKafka(zone_fleet.bootstrap("az1"))
@@ -143,7 +130,7 @@ def test_untagged_client_of_az1_stays_in_az1(zone_fleet: ZoneFleet) -> None:
 
 
 def test_confluent_producer_in_az2_consumers_in_every_zone(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("ck")
+    topic = unique_name("ck")
     create_topic(zone_fleet, "az2", topic, PARTITIONS)
     # The az2 producer writes across zones: some partitions are led by mains outside az2.
     leader_zones = true_leader_zones(zone_fleet, topic)
@@ -157,7 +144,7 @@ def test_confluent_producer_in_az2_consumers_in_every_zone(zone_fleet: ZoneFleet
 
 
 def test_kafka_python_producer_in_az2_consumers_in_every_zone(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("kp")
+    topic = unique_name("kp")
     create_topic(zone_fleet, "az2", topic, PARTITIONS)
     produce_kafka_python(zone_fleet.bootstrap("az2"), "az2", topic, N, "kp")
     for zone in zone_fleet.zones:
@@ -166,7 +153,7 @@ def test_kafka_python_producer_in_az2_consumers_in_every_zone(zone_fleet: ZoneFl
 
 
 def test_aiokafka_producer_in_az2_consumers_in_every_zone(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("ak")
+    topic = unique_name("ak")
     create_topic(zone_fleet, "az2", topic, PARTITIONS)
     by_zone = aiokafka_round_trip(zone_fleet, "az2", topic, PARTITIONS, N, "ak")
     assert set(by_zone) == {"az1", "az2", "az3"}
@@ -183,7 +170,7 @@ def _kcat(*args: str, stdin: str | None = None) -> str:
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make test installs it)")
 def test_kcat_produce_in_az2_consume_in_every_zone(zone_fleet: ZoneFleet) -> None:
-    topic = _topic("kc")
+    topic = unique_name("kc")
     n = 1000
     create_topic(zone_fleet, "az2", topic, PARTITIONS)
     lines = "".join(f"{i % 101}:kc-{i}\n" for i in range(n))
@@ -326,8 +313,8 @@ def _wait_for_stable_group(members: list[Any], timeout: float = 45.0) -> None:
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_consumer_group_with_one_member_per_zone(zone_fleet: ZoneFleet, client: str) -> None:
-    topic = _topic(f"grp-{client}")
-    group = f"g-{uuid.uuid4().hex[:8]}"
+    topic = unique_name(f"grp-{client}")
+    group = unique_name("g")
     create_topic(zone_fleet, "az2", topic, PARTITIONS)
     member_type = _ConfluentMember if client == "confluent" else _KafkaPythonMember
     members = [member_type(zone_fleet, zone, group, topic) for zone in zone_fleet.zones]
@@ -433,7 +420,7 @@ def test_internal_rpc_port_refuses_kafka_clients_and_garbage(zone_fleet: ZoneFle
     for host, port in admins:
         health = httpx.get(f"http://{host}:{port}/healthz", timeout=5)
         assert health.status_code == 200, health.text
-    topic = _topic("after-rpc")
+    topic = unique_name("after-rpc")
     create_topic(zone_fleet, "az2", topic, PARTITIONS)
     produce_confluent(zone_fleet.bootstrap("az2"), "az2", topic, 300, "after")
     records = consume_confluent(zone_fleet.bootstrap("az3"), "az3", topic, PARTITIONS, 300)

@@ -8,6 +8,7 @@ Ports are never assumed: they are read back from the fleet TOML.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import secrets
@@ -16,6 +17,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,19 @@ def start_up_fleet(data_dir: Path, config: Path | None = None) -> tuple[FleetPro
         proc.kill()
         raise
     return proc, fleet
+
+
+@contextlib.contextmanager
+def running_up_fleet(
+    data_dir: Path, config: Path | None = None
+) -> Iterator[tuple[FleetProcess, ZoneFleet]]:
+    """`start_up_fleet`, stopped on exit; a stop that is not clean fails the test."""
+    proc, fleet = start_up_fleet(data_dir, config)
+    try:
+        yield proc, fleet
+    finally:
+        code = proc.stop()
+        assert code == 0, "zonefleet up did not stop cleanly:\n" + "".join(proc.output[-40:])
 
 
 def _healthy(host: str, port: int) -> bool:
@@ -271,10 +286,19 @@ def true_leader_zones(fleet: ZoneFleet, topic: str) -> dict[int, str]:
     return out
 
 
+def unique_name(prefix: str) -> str:
+    """A topic or group name no other test of the same fleet uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def confluent_admin(fleet: ZoneFleet, zone: str, **extra: Any) -> AdminClient:
+    """A confluent-kafka AdminClient of `zone`, bootstrapped from its proxy."""
+    config = {"bootstrap.servers": fleet.bootstrap(zone), "client.id": zone_client_id(zone)}
+    return AdminClient({**config, **extra})
+
+
 def create_topic(fleet: ZoneFleet, zone: str, topic: str, partitions: int) -> None:
-    admin = AdminClient(
-        {"bootstrap.servers": fleet.bootstrap(zone), "client.id": zone_client_id(zone)}
-    )
+    admin = confluent_admin(fleet, zone)
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
 
 
