@@ -424,6 +424,9 @@ class ProxyBroker:
         except MalformedRequest as exc:
             raise CloseConnection(f"malformed api {header.api_key} request: {exc}") from None
         responses: list[bytes | None] = [None] * len(plan.calls)
+        # Failures are collected, not raised in the nursery: several mains refusing a split
+        # request would otherwise end as an exception group, not as the close it means.
+        failures: list[str] = []
 
         async def call(i: int, target: int, sub_frame: bytes) -> None:
             try:
@@ -435,9 +438,8 @@ class ProxyBroker:
                     idempotent=header.api_key != API_PRODUCE,
                 )
             except RpcError as exc:
-                raise CloseConnection(
-                    f"relay of api {header.api_key} to main {target} failed: {exc}"
-                ) from None
+                failures.append(f"relay of api {header.api_key} to main {target} failed: {exc}")
+                return
             responses[i] = result["frame"]
 
         if len(plan.calls) == 1:
@@ -446,6 +448,8 @@ class ProxyBroker:
             async with trio.open_nursery() as nursery:
                 for i, (target, sub_frame) in enumerate(plan.calls):
                     nursery.start_soon(call, i, target, sub_frame)
+        if failures:
+            raise CloseConnection("; ".join(failures))
         if plan.merge is None:
             response = responses[0]
         elif any(r is None for r in responses):

@@ -648,3 +648,21 @@ def test_delete_topics_by_name_and_id_at_once_gets_invalid_request(fleet: Fleet)
         }
     for response in _both(fleet, 3, 12, {"topics": [{"name": topic}]}):
         assert [t.error_code for t in response.topics] == [ErrorCode.none]
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        # DescribeLogDirs v1: 1000 topics in 4 bytes.
+        struct.pack(">hhih", 35, 1, 9, -1) + struct.pack(">i", 1000),
+        # ListGroups v4 (flexible): 125 states in no bytes.
+        struct.pack(">hhih", 16, 4, 9, -1) + b"\x00" + b"\x7e",
+    ],
+    ids=["describe-log-dirs", "list-groups"],
+)
+def test_a_malformed_request_split_over_mains_closes_cleanly(fleet: Fleet, frame: bytes) -> None:
+    # A proxy relays these whole to several mains; when every main refused the frame the
+    # proxy's relay failed with an exception group (logged as a handler failure).
+    mark = fleet.log_mark()
+    assert _exchange(fleet.bootstrap("proxy"), frame, ANSWER_WITHIN_S) is None
+    _check_closed_cleanly(fleet, mark, None)
