@@ -18,7 +18,12 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from main_broker.consumer_assignor import Assignment
-from main_broker.consumer_group import ConsumerGroup, HeartbeatInput
+from main_broker.consumer_group import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    HeartbeatInput,
+)
 from main_broker.group_config import GroupConfig
 
 log = logging.getLogger(__name__)
@@ -27,6 +32,7 @@ NONE = int(ErrorCode.none)
 INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
 NOT_COORDINATOR = int(ErrorCode.not_coordinator)
 GROUP_ID_NOT_FOUND = int(ErrorCode.group_id_not_found)
+INVALID_REQUEST = int(ErrorCode.invalid_request)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 MEMBER_TYPE_CONSUMER = 1
@@ -86,7 +92,9 @@ class ConsumerCoordinator:
             self._wakeup.set()
 
     # ----------------------------------------------------------------- requests
-    def heartbeat(self, request: Any, client_id: str, client_host: str) -> dict[str, Any]:
+    def heartbeat(
+        self, request: Any, client_id: str, client_host: str, api_version: int = 1
+    ) -> dict[str, Any]:
         """ConsumerGroupHeartbeat (any version) -> response dict."""
         group_id = request.group_id
         base: dict[str, Any] = {
@@ -95,8 +103,9 @@ class ConsumerCoordinator:
             "heartbeat_interval": self.config.consumer_heartbeat_interval_ms,
             "assignment": None,
         }
-        if not group_id:
-            return {**base, "error_code": INVALID_GROUP_ID, "error_message": "empty group id"}
+        invalid = heartbeat_request_error(request, api_version)
+        if invalid is not None:
+            return {**base, "error_code": INVALID_REQUEST, "error_message": invalid}
         if not self.owns(group_id):
             return {**base, "error_code": NOT_COORDINATOR}
         group = self.groups.get(group_id)
@@ -243,6 +252,40 @@ class ConsumerCoordinator:
                     {"topic_name": name, "topic_id": topic_id, "partitions": sorted(partitions)}
                 )
         return out
+
+
+def _blank(value: str | None) -> bool:
+    return value is not None and not value.strip()
+
+
+def heartbeat_request_error(request: Any, api_version: int) -> str | None:
+    """Kafka's checks of a ConsumerGroupHeartbeat (INVALID_REQUEST with this message)."""
+    epoch = request.member_epoch
+    if (api_version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH) and not request.member_id.strip():
+        return "MemberId can't be empty."
+    if not request.group_id.strip():
+        return "GroupId can't be empty."
+    if _blank(request.instance_id):
+        return "InstanceId can't be empty."
+    if _blank(request.rack_id):
+        return "RackId can't be empty."
+    if epoch == 0:
+        if _ms(request.rebalance_timeout) == -1:
+            return "RebalanceTimeoutMs must be provided in first request."
+        if request.topic_partitions is None or request.topic_partitions:
+            return "TopicPartitions must be empty when (re-)joining."
+        regex = getattr(request, "subscribed_topic_regex", None)
+        if request.subscribed_topic_names is None and regex is None:
+            return (
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                "(re-)joining."
+            )
+    elif epoch == STATIC_LEAVE_EPOCH:
+        if request.instance_id is None:
+            return "InstanceId can't be null."
+    elif epoch < STATIC_LEAVE_EPOCH:
+        return "MemberEpoch is invalid."
+    return None
 
 
 def _ms(value: Any) -> int:

@@ -230,18 +230,32 @@ def _join_request(group: str, topic: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def _join_until_assigned(raw: RawKafka, group: str, topic: str) -> tuple[str, int, Any]:
+    """Join, then heartbeat until the assignment names the topic (the coordinator may learn of
+    a topic just created a moment later): (member id, epoch, topic partitions)."""
+    request = _join_request(group, topic)
+    resp = raw.request(68, 1, request)
+    deadline = time.monotonic() + 15
+    while True:
+        assert resp.error_code == ErrorCode.none, resp
+        got = resp.assignment.topic_partitions if resp.assignment else ()
+        if got:
+            return resp.member_id, resp.member_epoch, got
+        assert time.monotonic() < deadline, "the member never got the topic's partitions"
+        time.sleep(0.2)
+        beat = {**request, "member_epoch": resp.member_epoch, "rebalance_timeout": -1}
+        beat["subscribed_topic_names"] = beat["topic_partitions"] = None
+        resp = raw.request(68, 1, beat)
+
+
 def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
     topic, group = _name("raw"), _name("raw")
     create_topic(fleet, "az1", topic, 2)
     raw = RawKafka(fleet.bootstrap("az2"))
     try:
-        join = raw.request(68, 1, _join_request(group, topic))
-        assert join.error_code == ErrorCode.none and join.member_epoch == 1
-        member = join.member_id
-        assert join.assignment is not None
-        (tps,) = join.assignment.topic_partitions
-        assert sorted(tps.partitions) == [0, 1]
+        member, epoch, (tps,) = _join_until_assigned(raw, group, topic)
+        assert epoch >= 1 and sorted(tps.partitions) == [0, 1]
         topic_id = tps.topic_id
 
         def beat(epoch: int, owned: list[int] | None = None, member_id: str = member) -> Any:
@@ -259,11 +273,11 @@ def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None
                 },
             )
 
-        ok = beat(1, [0, 1])
+        ok = beat(epoch, [0, 1])
         assert ok.error_code == ErrorCode.none and ok.assignment is None
         assert ok.heartbeat_interval.total_seconds() > 0
-        assert beat(2).error_code == ErrorCode.fenced_member_epoch
-        assert beat(1, member_id="nobody").error_code == ErrorCode.unknown_member_id
+        assert beat(epoch + 1).error_code == ErrorCode.fenced_member_epoch
+        assert beat(epoch, member_id="nobody").error_code == ErrorCode.unknown_member_id
 
         def commit(epoch: int, member_id: str = member) -> int:
             resp = raw.request(
@@ -289,9 +303,9 @@ def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None
             )
             return int(resp.topics[0].partitions[0].error_code)
 
-        assert commit(1) == ErrorCode.none
-        assert commit(0) == ErrorCode.stale_member_epoch
-        assert commit(1, "nobody") == ErrorCode.unknown_member_id
+        assert commit(epoch) == ErrorCode.none
+        assert commit(epoch - 1) == ErrorCode.stale_member_epoch
+        assert commit(epoch, "nobody") == ErrorCode.unknown_member_id
 
         desc = raw.request(
             69, 1, {"group_ids": [group, _name("nope")], "include_authorized_operations": False}
@@ -299,7 +313,7 @@ def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None
         found, missing = desc.groups
         assert found.error_code == ErrorCode.none and found.group_state == "Stable"
         assert [m.member_id for m in found.members] == [member]
-        assert found.members[0].member_epoch == 1
+        assert found.members[0].member_epoch == epoch
         assert sorted(found.members[0].assignment.topic_partitions[0].partitions) == [0, 1]
         assert found.members[0].assignment.topic_partitions[0].topic_name == topic
         assert found.authorized_operations == -(2**31)
@@ -337,10 +351,9 @@ def test_a_silent_member_is_dropped_after_its_session_timeout(zone_fleet: ZoneFl
     topic, group = _name("silent"), _name("silent")
     create_topic(fleet, "az1", topic, 3)
     raw = RawKafka(fleet.bootstrap("az1"))
-    join = raw.request(68, 1, _join_request(group, topic))
+    _member, _epoch, got = _join_until_assigned(raw, group, topic)
     raw.close()
-    assert join.error_code == ErrorCode.none
-    assert sorted(join.assignment.topic_partitions[0].partitions) == [0, 1, 2]
+    assert sorted(got[0].partitions) == [0, 1, 2]
     joined = time.monotonic()
     events: list[Event] = []
     m = ConfluentMember("m", fleet.bootstrap("az2"), "az2", group, [topic], events, **KIP848)

@@ -97,7 +97,7 @@ def _heartbeat(group: str, member: str, epoch: int, topics: list[str] | None = N
         "subscribed_topic_names": topics,
         "subscribed_topic_regex": None,
         "server_assignor": None,
-        "topic_partitions": None,
+        "topic_partitions": [] if epoch == 0 else None,
     }
     fields.update(kw)
     return SimpleNamespace(**fields)
@@ -280,3 +280,33 @@ async def test_after_a_restart_new_groups_wait_out_the_old_members_sessions(
     assert late["assignment"] == {
         "topic_partitions": [{"topic_id": TOPIC_IDS["t"], "partitions": [0, 1]}]
     }
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"member_id": ""}, "MemberId can't be empty."),
+        ({"group_id": " "}, "GroupId can't be empty."),
+        ({"instance_id": ""}, "InstanceId can't be empty."),
+        ({"rack_id": " "}, "RackId can't be empty."),
+        ({"rebalance_timeout": -1}, "RebalanceTimeoutMs must be provided in first request."),
+        ({"topic_partitions": None}, "TopicPartitions must be empty when (re-)joining."),
+        (
+            {"subscribed_topic_names": None},
+            "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+            "(re-)joining.",
+        ),
+        ({"member_epoch": -2}, "InstanceId can't be null."),
+        ({"member_epoch": -3}, "MemberEpoch is invalid."),
+    ],
+)
+async def test_invalid_heartbeats_get_invalid_request(
+    coords: tuple[GroupCoordinator, ConsumerCoordinator], fields: dict[str, Any], message: str
+) -> None:
+    _, consumer = coords
+    request = _heartbeat("g", "A", 0, ["t"])
+    for k, v in fields.items():
+        setattr(request, k, v)
+    resp = consumer.heartbeat(request, "c", "h")
+    assert (resp["error_code"], resp["error_message"]) == (ErrorCode.invalid_request, message)
+    assert "g" not in consumer.groups
