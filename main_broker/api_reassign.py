@@ -21,6 +21,7 @@ from main_broker.reassignment import (
     request_move,
     validate_target,
 )
+from s3_commit import ObjectStoreError
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker, RequestContext
@@ -40,6 +41,7 @@ async def alter_partition_reassignments(
     mains = _mains(broker)
     allow_rf_change = getattr(req, "allow_replication_factor_change", True)
     now_ms = int(time.time() * 1000)
+    top: tuple[int, str | None] = (ErrorCode.none, None)
     # Per topic, per partition entry in request order (an entry may repeat a partition).
     outcomes: list[list[tuple[int, str | None]]] = []
 
@@ -69,13 +71,21 @@ async def alter_partition_reassignments(
         }
         change(ClusterDoc(broker.config.cluster_id, 0, topics))
     else:
-        await broker.cluster.meta.update(change)
-        broker.cluster.poke_peers()
+        try:
+            await broker.cluster.meta.update(change)
+        except (ObjectStoreError, OSError) as exc:
+            # Nothing was recorded: every entry gets the retriable error Kafka gives when its
+            # controller does not answer in time.
+            message = f"the cluster metadata store did not take the change: {exc}"
+            top = (ErrorCode.request_timed_out, message)
+            outcomes[:] = [[top] * len(topic.partitions) for topic in req.topics]
+        else:
+            broker.cluster.poke_peers()
     return {
         "throttle_time": 0,
         "allow_replication_factor_change": allow_rf_change,
-        "error_code": ErrorCode.none,
-        "error_message": None,
+        "error_code": top[0],
+        "error_message": top[1],
         "responses": [
             {
                 "name": topic.name,
