@@ -85,6 +85,18 @@ class Handoff:
         self.completed = 0
         self.last_duration_s: float | None = None
         self.last_error: str | None = None
+        broker.registry.gauge_functions(
+            {
+                "zonefleet_reassignments_under_way": (
+                    "Partition moves in the cluster metadata document, as this main last read it.",
+                    lambda: float(len(self._doc.moves)) if self._doc is not None else 0.0,
+                ),
+                "zonefleet_reassignment_takeovers": (
+                    "Partitions this main took over from another main.",
+                    lambda: float(self.completed),
+                ),
+            }
+        )
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -95,6 +107,7 @@ class Handoff:
 
     def status(self) -> dict[str, Any]:
         return {
+            "under_way": len(self._doc.moves) if self._doc is not None else 0,
             "running": sorted(f"{t}-{p}:{role}" for t, p, _, role in self._running),
             "completed": self.completed,
             "last_duration_s": self.last_duration_s,

@@ -344,6 +344,10 @@ def test_move_under_load(running: dict[str, Any]) -> None:
         handoff = _status(zfleet, target)["cluster"]["reassignment"]
         print(f"\nmove of {topic}-0 from main {source} to {target}: {took:.2f} s, {handoff}")
         assert handoff["completed"] >= 1 and handoff["last_duration_s"] < 10
+        m = next(m for m in zfleet.config.mains if m.broker.node_id == target)
+        metrics = httpx.get(f"http://{m.admin_host}:{m.admin_port}/metrics", timeout=5).text
+        assert f"zonefleet_reassignment_takeovers {handoff['completed']}" in metrics
+        assert "zonefleet_reassignments_under_way 0" in metrics
         time.sleep(4)
         after = len(load.acked)
     finally:
