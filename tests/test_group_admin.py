@@ -102,13 +102,27 @@ def _error_code(future: object) -> int:
 def _commit_standalone(
     fleet: ZoneFleet, zone: str, group: str, offsets: dict[tuple[str, int], int]
 ) -> None:
-    """Commit for a group nobody is a member of (generation -1), as admin tools do."""
+    """Commit for a group nobody is a member of (generation -1), as admin tools do. The
+    group's coordinator may learn of a topic just created a moment later: then it retries."""
     request = ConsumerGroupTopicPartitions(
         group, [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
     )
-    (future,) = _admin(fleet, zone).alter_consumer_group_offsets([request]).values()
-    result = future.result(timeout=30)
-    assert all(tp.error is None for tp in result.topic_partitions), result.topic_partitions
+    deadline = time.monotonic() + 15
+    while True:
+        (future,) = _admin(fleet, zone).alter_consumer_group_offsets([request]).values()
+        try:
+            result = future.result(timeout=30)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            assert code == KafkaError.UNKNOWN_TOPIC_OR_PART and time.monotonic() < deadline, exc
+            time.sleep(0.2)
+            continue
+        errors = [tp.error for tp in result.topic_partitions if tp.error is not None]
+        if not errors:
+            return
+        unknown = all(e.code() == KafkaError.UNKNOWN_TOPIC_OR_PART for e in errors)
+        assert unknown and time.monotonic() < deadline, result.topic_partitions
+        time.sleep(0.2)
 
 
 def _committed(fleet: ZoneFleet, zone: str, group: str) -> dict[tuple[str, int], int]:
