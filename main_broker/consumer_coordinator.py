@@ -62,6 +62,9 @@ class ConsumerCoordinator:
         self._wakeup = trio.Event()
         self._next_wake = -math.inf
         self._hold_until = -math.inf
+        self._empty_since: dict[str, float] = {}
+        # Whether a group has committed offsets (an empty one with offsets is kept).
+        self.has_offsets: Callable[[str], bool] = lambda group_id: False
 
     # ------------------------------------------------------------------ timers
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -80,15 +83,34 @@ class ConsumerCoordinator:
                     gone = group.expire(now, self.topics.topic_partition_counts())
                     if gone:
                         log.info("consumer group %s: members %s expired", group.group_id, gone)
+                self._note_empty(group, now)
             self._next_wake = min(
-                (g.next_deadline() for g in self.groups.values()), default=math.inf
+                (self._deadline(g) for g in self.groups.values()), default=math.inf
             )
             self._wakeup = trio.Event()
             with trio.move_on_at(self._next_wake):
                 await self._wakeup.wait()
 
+    def _note_empty(self, group: ConsumerGroup, now: float) -> None:
+        """An empty group without offsets is forgotten after empty_group_retention_ms."""
+        gid = group.group_id
+        if group.members:
+            self._empty_since.pop(gid, None)
+            return
+        since = self._empty_since.setdefault(gid, now)
+        if now - since >= self.config.empty_group_retention_ms / 1000:
+            del self._empty_since[gid]
+            if not self.has_offsets(gid):
+                del self.groups[gid]
+
+    def _deadline(self, group: ConsumerGroup) -> float:
+        since = self._empty_since.get(group.group_id)
+        if since is None:
+            return group.next_deadline()
+        return since + self.config.empty_group_retention_ms / 1000
+
     def _rearm(self, group: ConsumerGroup) -> None:
-        if group.next_deadline() < self._next_wake:
+        if not group.members or group.next_deadline() < self._next_wake:
             self._wakeup.set()
 
     # ----------------------------------------------------------------- requests
@@ -216,6 +238,7 @@ class ConsumerCoordinator:
 
     def remove_group(self, group_id: str) -> None:
         self.groups.pop(group_id, None)
+        self._empty_since.pop(group_id, None)
 
     def listed(self) -> list[dict[str, Any]]:
         return [

@@ -38,6 +38,7 @@ def consumer_groups(
     consumer = ConsumerCoordinator(config, StoreTopics(store))
     consumer.classic_in_use = classic.in_use
     consumer.drop_classic = classic.remove_group
+    consumer.has_offsets = classic.offsets.has_offsets
     classic.consumer_in_use = consumer.in_use
     store.forget_offsets = classic.forget_offsets
     return consumer

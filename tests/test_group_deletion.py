@@ -64,12 +64,13 @@ def store() -> Store:
 async def coords(
     nursery: trio.Nursery, store: Store
 ) -> tuple[GroupCoordinator, ConsumerCoordinator]:
-    config = GroupConfig(consumer_session_timeout_ms=10_000)
+    config = GroupConfig(consumer_session_timeout_ms=10_000, empty_group_retention_ms=60_000)
     classic = GroupCoordinator(config, store)
     topics = Topics()
     consumer = ConsumerCoordinator(config, topics)
     consumer.classic_in_use = classic.in_use
     consumer.drop_classic = classic.remove_group
+    consumer.has_offsets = classic.offsets.has_offsets
     classic.consumer_in_use = consumer.in_use
     await nursery.start(classic.run)
     topics.counts = {}  # a fresh cluster: no topics yet when the coordinator starts
@@ -310,3 +311,23 @@ async def test_invalid_heartbeats_get_invalid_request(
     resp = consumer.heartbeat(request, "c", "h")
     assert (resp["error_code"], resp["error_message"]) == (ErrorCode.invalid_request, message)
     assert "g" not in consumer.groups
+
+
+async def test_an_empty_consumer_group_without_offsets_is_forgotten(
+    autojump_clock: trio.testing.MockClock,
+    coords: tuple[GroupCoordinator, ConsumerCoordinator],
+) -> None:
+    classic, consumer = coords
+    for group in ("plain", "kept"):
+        assert consumer.heartbeat(_heartbeat(group, "A", 0, ["t"]), "c", "h")["error_code"] == 0
+    await _commit(classic, "kept", ("t", 0))
+    for group in ("plain", "kept"):
+        assert consumer.heartbeat(_heartbeat(group, "A", -1), "c", "h")["member_epoch"] == -1
+    assert {g["group_id"]: g["group_state"] for g in consumer.listed()} == {
+        "plain": "Empty",
+        "kept": "Empty",
+    }
+    await trio.sleep(59)
+    assert set(consumer.groups) == {"plain", "kept"}
+    await trio.sleep(2)
+    assert set(consumer.groups) == {"kept"}  # its offsets keep it
