@@ -68,6 +68,8 @@ class GroupCoordinator:
         self.owns: Callable[[str], bool] = lambda group_id: True
         # A KIP-848 consumer group with members holds the id (main_broker.consumer_coordinator).
         self.consumer_in_use: Callable[[str], bool] = lambda group_id: False
+        # A new classic group takes over the id from an empty KIP-848 group (offsets stay).
+        self.drop_consumer: Callable[[str], None] = lambda group_id: None
 
     # ----------------------------------------------------------------- timers
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -295,6 +297,7 @@ class GroupCoordinator:
             rebalance_timeout_ms = session_timeout_ms
         if self.consumer_in_use(group_id):
             return join_response(INCONSISTENT_GROUP_PROTOCOL, member_id)
+        self.drop_consumer(group_id)
         g = self._groups.get(group_id)
         if g is None:
             if member_id:

@@ -40,5 +40,6 @@ def consumer_groups(
     consumer.drop_classic = classic.remove_group
     consumer.has_offsets = classic.offsets.has_offsets
     classic.consumer_in_use = consumer.in_use
+    classic.drop_consumer = consumer.remove_group
     store.forget_offsets = classic.forget_offsets
     return consumer

@@ -72,6 +72,7 @@ async def coords(
     consumer.drop_classic = classic.remove_group
     consumer.has_offsets = classic.offsets.has_offsets
     classic.consumer_in_use = consumer.in_use
+    classic.drop_consumer = consumer.remove_group
     await nursery.start(classic.run)
     topics.counts = {}  # a fresh cluster: no topics yet when the coordinator starts
     await nursery.start(consumer.run)
@@ -331,3 +332,30 @@ async def test_an_empty_consumer_group_without_offsets_is_forgotten(
     assert set(consumer.groups) == {"plain", "kept"}
     await trio.sleep(2)
     assert set(consumer.groups) == {"kept"}  # its offsets keep it
+
+
+async def test_a_classic_join_takes_over_an_empty_consumer_group(
+    autojump_clock: trio.testing.MockClock,
+    coords: tuple[GroupCoordinator, ConsumerCoordinator],
+) -> None:
+    classic, consumer = coords
+    assert consumer.heartbeat(_heartbeat("g", "A", 0, ["t"]), "c", "h")["error_code"] == 0
+    # While the KIP-848 group has a member, a classic JoinGroup is refused.
+    refused = await classic.join_group(
+        group_id="g",
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[("range", _subscription("t"))],
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        client_id="c",
+        client_host="h",
+        require_known_member_id=True,
+    )
+    assert refused["error_code"] == ErrorCode.inconsistent_group_protocol
+    assert consumer.heartbeat(_heartbeat("g", "A", -1), "c", "h")["member_epoch"] == -1
+    member = await join_known(classic, "b", protocols=[("range", _subscription("t"))])
+    assert member["error_code"] == 0
+    assert "g" not in consumer.groups
+    assert [g["group_type"] for g in classic.list_groups()["groups"]] == ["classic"]
