@@ -23,6 +23,7 @@ from main_broker.config import MainPeer
 from main_broker.controller import Controller, Membership
 from main_broker.handoff import Handoff
 from main_broker.log_store import TopicState
+from main_broker.partition_log import PartitionLog
 from main_broker.reassignment import evacuate
 from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.node_registry import NodeRegistrar, NodeRegistration
@@ -146,6 +147,15 @@ class ClusterRole:
             return True
         started = self.meta.read_started
         return started is not None and trio.current_time() - started < self.session_timeout_s / 2
+
+    def may_acknowledge(self, plog: PartitionLog) -> bool:
+        """Whether an append that just became durable may be acknowledged: the document is
+        fresh, and a partition being moved away was fenced less than half the session timeout
+        ago (its target reads this main's WAL without a seal only after a whole one)."""
+        if not self.fresh():
+            return False
+        window = self.session_timeout_s / 2
+        return not plog.fenced or trio.current_time() - plog.fenced_since < window
 
     def poke_peers(self) -> None:
         self._poke_peers()

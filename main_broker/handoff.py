@@ -137,6 +137,8 @@ class Handoff:
                 if plog.leader_epoch != epoch and not (taking_over and plog.leader_epoch > epoch):
                     plog.leader_epoch = epoch
                     changed = True
+                if fenced and not plog.fenced:
+                    plog.fenced_since = trio.current_time()
                 plog.fenced = fenced
                 if changed:
                     store.partition_moved(plog)
