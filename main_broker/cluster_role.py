@@ -24,7 +24,7 @@ from main_broker.controller import Controller, Membership
 from main_broker.handoff import Handoff
 from main_broker.log_store import TopicState
 from main_broker.partition_log import PartitionLog
-from main_broker.reassignment import evacuate
+from main_broker.reassignment import acknowledge_allowed, document_fresh, evacuate
 from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.node_registry import NodeRegistrar, NodeRegistration
 from zone_router import group_coordinator
@@ -139,23 +139,23 @@ class ClusterRole:
         self.handoff.on_doc(doc)
 
     def fresh(self) -> bool:
-        """Whether this main may acknowledge appends: its last read of the document began
-        within half the session timeout. A target takes a dead main's partitions over only
-        after a whole session timeout (main_broker/handoff.py). A lone main has no one to
-        hand over to: it keeps acknowledging through a metadata store outage."""
+        """Whether this main may append (reassignment.document_fresh). A lone main has no
+        one to hand over to: it goes on through a metadata store outage."""
         if len(self.main_ids) == 1:
             return True
-        started = self.meta.read_started
-        return started is not None and trio.current_time() - started < self.session_timeout_s / 2
+        return document_fresh(trio.current_time(), self.meta.read_started, self.session_timeout_s)
 
     def may_acknowledge(self, plog: PartitionLog) -> bool:
         """Whether an append that just became durable may be acknowledged: the document is
         fresh, and a partition being moved away was fenced less than half the session timeout
         ago (its target reads this main's WAL without a seal only after a whole one)."""
-        if not self.fresh():
-            return False
-        window = self.session_timeout_s / 2
-        return not plog.fenced or trio.current_time() - plog.fenced_since < window
+        if len(self.main_ids) == 1:
+            return True
+        fenced_since = plog.fenced_since if plog.fenced else None
+        now = trio.current_time()
+        return acknowledge_allowed(
+            now, self.meta.read_started, fenced_since, self.session_timeout_s
+        )
 
     def poke_peers(self) -> None:
         self._poke_peers()

@@ -37,7 +37,9 @@ __all__ = [
     "MoveRefused",
     "Tail",
     "TailCollector",
+    "acknowledge_allowed",
     "cancel_move",
+    "document_fresh",
     "evacuate",
     "finish_move",
     "moves_from_json",
@@ -480,6 +482,23 @@ class TailCollector:
             tail.gap = (self.start, tail.batches[0].base_offset)
         tail.producers = self.producers.to_snapshot(max(tail.end, self.next_offset))
         return tail
+
+
+def document_fresh(now: float, read_started: float | None, session_timeout_s: float) -> bool:
+    """A main of several may append while its last successful read of the document began
+    less than half the session timeout ago: a target takes a dead main's partition over only
+    after a whole session timeout, so such a main has seen the move (and fenced) by then."""
+    return read_started is not None and now - read_started < session_timeout_s / 2
+
+
+def acknowledge_allowed(
+    now: float, read_started: float | None, fenced_since: float | None, session_timeout_s: float
+) -> bool:
+    """Whether a durable append may be acknowledged: the document is fresh, and a partition
+    being moved away (`fenced_since` set) was fenced less than half the session timeout ago."""
+    if not document_fresh(now, read_started, session_timeout_s):
+        return False
+    return fenced_since is None or now - fenced_since < session_timeout_s / 2
 
 
 def takeover_header(move: Move, tail: Tail) -> dict[str, Any]:

@@ -21,7 +21,9 @@ from main_broker.reassignment import (
     MoveRefused,
     Tail,
     TailCollector,
+    acknowledge_allowed,
     cancel_move,
+    document_fresh,
     evacuate,
     finish_move,
     ongoing_listing,
@@ -308,3 +310,16 @@ def test_golden_takeover_record_header() -> None:
         "a26c73 32"  # "ls": 50 (log start floor)
         "a27072 91 93 07 00 91 95 00 04 5f 63 cf0000018bcfe56800"  # "pr": producer rows
     ).replace(" ", "")
+
+
+def test_fencing_windows() -> None:
+    """A main of several appends while its document copy is younger than half the session
+    timeout, and acknowledges a moving partition's appends only that long after fencing."""
+    timeout = 18.0
+    assert not document_fresh(100.0, None, timeout)  # never read
+    assert document_fresh(100.0, 91.5, timeout)
+    assert not document_fresh(100.0, 91.0, timeout)
+    assert acknowledge_allowed(100.0, 99.0, None, timeout)
+    assert acknowledge_allowed(100.0, 99.0, 92.0, timeout)  # fenced 8 s ago: a late commit
+    assert not acknowledge_allowed(100.0, 99.0, 91.0, timeout)  # fenced 9 s ago
+    assert not acknowledge_allowed(100.0, 80.0, None, timeout)  # stale document
