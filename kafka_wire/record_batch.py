@@ -14,7 +14,12 @@ from typing import TypeAlias
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.compression import DecompressionError, compress, decompress
+from kafka_wire.compression import (
+    DecompressedTooLarge,
+    DecompressionError,
+    compress,
+    decompress,
+)
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
@@ -401,6 +406,8 @@ def _records_body(buf: Buffer, batch: BatchInfo) -> Buffer:
         return body
     try:
         return decompress(batch.compression, body)
+    except DecompressedTooLarge as exc:
+        raise InvalidBatch(ErrorCode.message_too_large, str(exc)) from None
     except DecompressionError as exc:
         raise InvalidBatch(ErrorCode.corrupt_message, str(exc)) from None
 

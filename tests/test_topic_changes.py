@@ -22,7 +22,17 @@ from kafka_wire.codec import (
     encode_response,
     parse_request_header,
 )
-from kafka_wire.compression import GZIP, LZ4, SNAPPY, ZSTD, compress, decompress
+from kafka_wire.compression import (
+    GZIP,
+    LZ4,
+    MAX_DECOMPRESSED_BYTES,
+    SNAPPY,
+    ZSTD,
+    DecompressedTooLarge,
+    DecompressionError,
+    compress,
+    decompress,
+)
 from kafka_wire.hot_codecs import ProducePartitionResult
 from kafka_wire.record_batch import (
     InvalidBatch,
@@ -216,6 +226,27 @@ def test_undecompressable_or_overrunning_records_are_corrupt() -> None:
 def test_compression_round_trip(codec: int) -> None:
     data = b"zonefleet " * 1000
     assert decompress(codec, compress(codec, data)) == data
+    # Past the first output buffer (8x the compressed size): grown until it fits.
+    zeros = bytes(3 << 20)
+    assert decompress(codec, compress(codec, zeros)) == zeros
+
+
+@pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
+def test_decompression_bomb_is_refused_before_it_inflates(codec: int) -> None:
+    bomb = compress(codec, bytes(8 << 20))
+    assert decompress(codec, bomb, limit=8 << 20) == bytes(8 << 20)
+    with pytest.raises(DecompressedTooLarge):
+        decompress(codec, bomb, limit=(8 << 20) - 1)
+    with pytest.raises(DecompressionError) as info:
+        decompress(codec, bomb[: len(bomb) // 2], limit=8 << 20)
+    assert not isinstance(info.value, DecompressedTooLarge)
+    # A keyless record whose value inflates past the limit: MESSAGE_TOO_LARGE, not a corrupt
+    # batch (a producer retries CORRUPT_MESSAGE).
+    huge = build_batch([(None, bytes(MAX_DECOMPRESSED_BYTES))], timestamp_ms=NOW, compression=codec)
+    assert len(huge) < MAX_DECOMPRESSED_BYTES // 20
+    with pytest.raises(InvalidBatch) as refused:
+        null_key_indexes(huge, parse_batch_header(huge))
+    assert refused.value.error_code == ErrorCode.message_too_large
 
 
 # -- the confirm result ------------------------------------------------------------------------
