@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 
 import pytest
@@ -241,6 +242,31 @@ def test_regex_subscription_and_new_topics_bump_the_epoch() -> None:
     )
     assert r2.member_epoch > r.member_epoch and r2.assignment is not None
     assert r2.assignment["ops"] == frozenset({0})
+
+
+def test_regex_is_re2_linear_time_and_refuses_what_re2_refuses() -> None:
+    """Kafka compiles SubscribedTopicRegex with RE2J: a pattern that backtracks exponentially
+    in Python's `re` ((a+)+b against 40 a's takes hours there) matches at once, and one RE2
+    cannot parse (a backreference) is INVALID_REGULAR_EXPRESSION with Kafka's message."""
+    g = ConsumerGroup("g", 45_000)
+    topics = {"a" * 40: 1, "aab": 2}
+    start = time.monotonic()
+    r = g.heartbeat(
+        HeartbeatInput(
+            member_id="A",
+            member_epoch=0,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_regex="(a+)+b",
+        ),
+        topics,
+        0.0,
+    )
+    assert time.monotonic() - start < 1.0
+    assert r.error_code == NONE and r.assignment == {"aab": frozenset({0, 1})}
+    bad = _join(g, "B", subscribed_topic_regex=r"(a)\1")
+    assert bad.error_code == INVALID_REGULAR_EXPRESSION
+    assert bad.error_message is not None
+    assert bad.error_message.startswith(r"SubscribedTopicRegex `(a)\1` is not a valid regular")
 
 
 def test_a_held_group_hands_out_nothing_until_the_hold_ends() -> None:
