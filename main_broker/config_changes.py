@@ -6,6 +6,7 @@ serves them).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -53,7 +54,7 @@ class ConfigChangeError(Exception):
 
 def _no_duplicates(names: Sequence[str]) -> None:
     if len(set(names)) != len(names):
-        dups = sorted({n for n in names if names.count(n) > 1})
+        dups = sorted(n for n, count in Counter(names).items() if count > 1)
         raise ConfigChangeError(
             ErrorCode.invalid_request, f"Error due to duplicate config keys: {', '.join(dups)}"
         )
