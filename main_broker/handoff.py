@@ -17,16 +17,15 @@ of the cluster metadata document:
 
 A dead source never seals. The target goes ahead without the seal once the source's node
 registration is dead or stopped and the target has seen the move for `fence_window_s` (the
-session timeout). That is safe because a main refuses appends, and acknowledgements, when its
-last successful read of the document started more than half the session timeout ago
-(`ClusterRole.fresh`): a source cut off from the metadata store stops acknowledging before the
-target reads its WAL, and one that can read it saw the move and fenced the partition. What
-the source had acknowledged is durable in its WAL on the shared file system, which the target
-reads to its end. Not covered: a shared file system that shows the target a stale WAL (NFS
-close-to-open consistency holds for the ganesha and FSx setups we run), and a source whose
-group commit stalls in the file system for longer than the window and then completes: it
-answers that produce with NOT_LEADER_OR_FOLLOWER, so the record may exist twice (or be lost)
-without ever having been acknowledged.
+session timeout). That is safe because a main refuses appends when its last successful read of
+the document started more than half the session timeout ago, and acknowledges a durable append
+only while that holds and, for a partition being moved away, within half the session timeout
+of fencing it (`ClusterRole.fresh`, `may_acknowledge`): a source cut off from the metadata
+store stops acknowledging before the target reads its WAL, and one that can read it saw the
+move and fenced the partition. What the source had acknowledged is durable in its WAL on the
+shared file system, which the target reads to its end. Not covered: a shared file system that
+shows the target a stale view of the WAL. The controller starts such moves for a dead main's
+partitions (reassignment.evacuate, ClusterRole._evacuate).
 """
 
 from __future__ import annotations
