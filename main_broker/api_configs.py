@@ -106,10 +106,28 @@ async def describe_configs(broker: MainBroker, ctx: RequestContext, req: Any) ->
     return {"results": results}
 
 
+NAMED_TWICE = "Each resource must appear at most once."
+
+
+def _named_twice(resources: Any) -> set[tuple[int, str]]:
+    """Resources a request names more than once: Kafka refuses each occurrence before any
+    change (ConfigAdminManager.preprocess), so a long list of one resource costs nothing."""
+    seen: set[tuple[int, str]] = set()
+    twice: set[tuple[int, str]] = set()
+    for res in resources:
+        key = (res.resource_type, res.resource_name)
+        (twice if key in seen else seen).add(key)
+    return twice
+
+
 async def alter_configs(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
     """AlterConfigs: each resource's entries replace its whole explicit set."""
     responses = []
+    twice = _named_twice(req.resources)
     for res in req.resources:
+        if (res.resource_type, res.resource_name) in twice:
+            responses.append(_result(res, ErrorCode.invalid_request, NAMED_TWICE))
+            continue
         entries: list[tuple[str, str | None]] = [(c.name, c.value) for c in res.configs]
 
         def replace(current: dict[str, str], entries: Any = entries) -> dict[str, str]:
@@ -125,7 +143,11 @@ async def incremental_alter_configs(
 ) -> dict[str, Any]:
     """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on the current set."""
     responses = []
+    twice = _named_twice(req.resources)
     for res in req.resources:
+        if (res.resource_type, res.resource_name) in twice:
+            responses.append(_result(res, ErrorCode.invalid_request, NAMED_TWICE))
+            continue
         ops: list[tuple[str, int, str | None]] = [
             (c.name, int(c.config_operation), c.value) for c in res.configs
         ]

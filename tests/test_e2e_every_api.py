@@ -666,3 +666,29 @@ def test_a_malformed_request_split_over_mains_closes_cleanly(fleet: Fleet, frame
     mark = fleet.log_mark()
     assert _exchange(fleet.bootstrap("proxy"), frame, ANSWER_WITHIN_S) is None
     _check_closed_cleanly(fleet, mark, None)
+
+
+@pytest.mark.parametrize(("key", "version"), [(33, 0), (33, 2), (44, 1)])
+def test_a_resource_named_many_times_is_refused_at_once(
+    fleet: Fleet, key: int, version: int
+) -> None:
+    # Was: one cluster-document change per occurrence, seconds for a thousand of them (past
+    # the client's patience); Kafka refuses every occurrence of a repeated resource.
+    topic = f"configs-{key}-{version}-{uuid.uuid4().hex[:6]}"
+    create_topic(fleet.zones, "az1", topic, 1)
+    entry: dict[str, Any] = {"name": "retention.ms", "value": "60000"}
+    resource = {"resource_type": 2, "resource_name": topic, "configs": [entry]}
+    once = {"resource_type": 2, "resource_name": TOPIC, "configs": []}
+    for response in _both(fleet, key, version, {"resources": [resource] * 1000 + [once]}):
+        rows = [(r.resource_name, r.error_code, r.error_message) for r in response.responses]
+        assert (
+            rows[:1000]
+            == [(topic, ErrorCode.invalid_request, "Each resource must appear at most once.")]
+            * 1000
+        )
+        assert rows[1000][:2] in (
+            (TOPIC, ErrorCode.none),
+            (TOPIC, ErrorCode.unknown_topic_or_partition),
+        )
+    for response in _both(fleet, key, version, {"resources": [resource]}):
+        assert [r.error_code for r in response.responses] == [ErrorCode.none]
