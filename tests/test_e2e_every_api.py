@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 import pytest
@@ -32,10 +31,9 @@ from kafka_wire.codec import (
     encode_request,
     parse_request_header,
 )
-from kafka_wire.entities import FieldKind, FieldSpec, entity_spec
-from kafka_wire.record_batch import build_batch
 from main_broker.broker import advertised_versions
 from tests.fleet_process import FleetProcess
+from tests.kafka_requests import encodable, one_of_each, request_data
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import ZoneFleet, _healthy, create_topic, start_up_fleet
 
@@ -305,34 +303,12 @@ def test_every_node_advertises_the_same_apis(fleet: Fleet) -> None:
 # -- 1. zero values ----------------------------------------------------------------------------
 
 
-# Primitive arrays hold ints, strings and uuids (kio reads the zero uuid as None).
-_ELEMENT_ZERO: dict[str, Any] = {"string": "", "uuid": None, "bool": False}
-
-
-def _one_of_each(cls: type, nulls: bool) -> dict[str, Any]:
-    """Zero values with one element in every array (empty arrays skip what lies inside);
-    with `nulls`, every nullable field null instead."""
-    out: dict[str, Any] = {}
-    for spec in entity_spec(cls).fields:
-        if nulls and spec.nullable:
-            out[spec.name] = None
-        elif spec.kind is FieldKind.ENTITY_ARRAY:
-            assert spec.entity is not None
-            out[spec.name] = [_one_of_each(spec.entity, nulls)]
-        elif spec.kind is FieldKind.ENTITY:
-            assert spec.entity is not None
-            out[spec.name] = _one_of_each(spec.entity, nulls)
-        elif spec.kind is FieldKind.PRIMITIVE_ARRAY:
-            out[spec.name] = [_ELEMENT_ZERO.get(spec.kafka_type or "", 0)]
-    return out
-
-
 @pytest.mark.parametrize("key", sorted(ADVERTISED))
 def test_zero_value_request_of_every_version_is_answered(fleet: Fleet, key: int) -> None:
     low, high = ADVERTISED[key]
     for version in range(low, high + 1):
         cls = type(build_request(key, version, {}))
-        for data in ({}, _one_of_each(cls, nulls=False), _one_of_each(cls, nulls=True)):
+        for data in ({}, one_of_each(cls, nulls=False), one_of_each(cls, nulls=True)):
             request = build_request(key, version, data)
             for target in TARGETS:
                 _send_valid(fleet, target, key, version, request)
@@ -340,11 +316,6 @@ def test_zero_value_request_of_every_version_is_answered(fleet: Fleet, key: int)
 
 
 # -- 2. invalid arguments from each version's schema ------------------------------------------
-
-_INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
-_UINT_BITS = {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
-# A timedelta or datetime of every int64 does not exist in Python; these are wide enough.
-_TIME_BOUND = 2**45
 
 
 def _names() -> st.SearchStrategy[str]:
@@ -366,80 +337,6 @@ def _names() -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(pool), st.text(max_size=12))
 
 
-def _ints(low: int, high: int) -> st.SearchStrategy[int]:
-    edges = sorted({v for v in (-2, -1, 0, 1, 2, 3, low, high, high - 1) if low <= v <= high})
-    return st.one_of(st.sampled_from(edges), st.integers(low, high))
-
-
-def _primitive(kafka_type: str) -> st.SearchStrategy[Any]:
-    if kafka_type in _INT_BITS:
-        bits = _INT_BITS[kafka_type]
-        return _ints(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-    if kafka_type in _UINT_BITS:
-        return _ints(0, 2 ** _UINT_BITS[kafka_type] - 1)
-    if kafka_type in ("timedelta_i32", "timedelta_i64", "datetime_i64"):
-        high = 2**31 - 1 if kafka_type == "timedelta_i32" else _TIME_BOUND
-        low = -1 if kafka_type == "datetime_i64" else -(2**31)
-        return _ints(low, high)
-    if kafka_type == "string":
-        return _names()
-    if kafka_type == "bytes":
-        return st.binary(max_size=32)
-    if kafka_type == "records":
-        batch = build_batch([(b"k", b"v")], timestamp_ms=int(time.time() * 1000))
-        return st.one_of(st.just(batch), st.binary(max_size=80))
-    if kafka_type == "bool":
-        return st.booleans()
-    if kafka_type == "float64":
-        return st.floats()
-    if kafka_type == "uuid":
-        return st.one_of(st.just(uuid.UUID(int=0)), st.uuids())
-    if kafka_type == "error_code":
-        return st.sampled_from(list(ErrorCode))
-    raise AssertionError(f"no strategy for {kafka_type}")
-
-
-# Huge arrays stay at the top level: nested ones would multiply past the frame limit.
-HUGE_PRIMITIVES = 20_000
-HUGE_ENTITIES = 1_000
-
-
-def _field(spec: FieldSpec, top: bool) -> st.SearchStrategy[Any]:
-    if spec.kind is FieldKind.PRIMITIVE:
-        assert spec.kafka_type is not None
-        value = _primitive(spec.kafka_type)
-    elif spec.kind is FieldKind.ENTITY:
-        assert spec.entity is not None
-        value = _entity(spec.entity, top=False)
-    else:
-        if spec.kind is FieldKind.PRIMITIVE_ARRAY:
-            assert spec.kafka_type is not None
-            element: st.SearchStrategy[Any] = _primitive(spec.kafka_type)
-            huge = HUGE_PRIMITIVES
-        else:
-            assert spec.entity is not None
-            element, huge = _entity(spec.entity, top=False), HUGE_ENTITIES
-        value = st.lists(element, max_size=3)
-        if top:
-            value = st.one_of(value, element.map(partial(_repeated, huge)))
-    if spec.nullable:
-        value = st.one_of(st.none(), value)
-    return value
-
-
-def _repeated(count: int, value: Any) -> list[Any]:
-    return [value] * count
-
-
-def _entity(cls: type, top: bool) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({f.name: _field(f, top) for f in entity_spec(cls).fields})
-
-
-def _request_strategy(key: int, version: int) -> st.SearchStrategy[Any]:
-    cls = type(build_request(key, version, {}))
-    return _entity(cls, top=True).map(lambda data: _tame(key, data))
-
-
 def _tame(key: int, data: dict[str, Any]) -> dict[str, Any]:
     """Arguments that make Kafka itself wait, set to what lets it answer in seconds: a fetch's
     long poll, and a JoinGroup into a group that a member of an earlier example holds (it
@@ -451,17 +348,6 @@ def _tame(key: int, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _encodes(key: int, version: int, data: dict[str, Any]) -> Any:
-    """The request entity when kio can build and encode it (strings fit their length
-    prefix, and so on), else None."""
-    try:
-        request = build_request(key, version, data)
-        encode_request(key, version, 1, "x", request)
-    except (ValueError, TypeError, OverflowError, struct.error):
-        return None
-    return request
-
-
 @pytest.mark.parametrize("key", sorted(ADVERTISED))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
@@ -469,7 +355,8 @@ def test_invalid_arguments_get_an_answer(fleet: Fleet, key: int, data: st.DataOb
     low, high = ADVERTISED[key]
     version = data.draw(st.integers(low, high), label="version")
     target = data.draw(st.sampled_from(TARGETS), label="target")
-    request = _encodes(key, version, data.draw(_request_strategy(key, version), label="data"))
+    drawn = data.draw(request_data(key, version, _names()), label="data")
+    request = encodable(key, version, _tame(key, drawn))
     assume(request is not None)
     _send_valid(fleet, target, key, version, request)
 
@@ -480,7 +367,9 @@ def test_invalid_arguments_get_an_answer(fleet: Fleet, key: int, data: st.DataOb
 def _mutated(data: st.DataObject) -> tuple[int, int, bytes]:
     key = data.draw(st.sampled_from(sorted(ADVERTISED)), label="key")
     version = data.draw(st.integers(*ADVERTISED[key]), label="version")
-    base = bytearray(_request_frame(key, version, {}, 4243))
+    cls = type(build_request(key, version, {}))
+    shape = data.draw(st.sampled_from([{}, one_of_each(cls, nulls=False)]), label="base")
+    base = bytearray(_request_frame(key, version, shape, 4243))
     for _ in range(data.draw(st.integers(1, 8))):
         # The api key, version and correlation id stay: the answer must then be this
         # request's (another api's answers are the zero-value and schema tests' business).
