@@ -559,14 +559,20 @@ class _OffsetStore:
         self._store = store
 
     async def persist_offsets(
-        self, group_id: str, offsets: list[tuple[str, int, int, int, str]]
+        self,
+        group_id: str,
+        offsets: list[tuple[str, int, int, int, str]],
+        applied: Callable[[], None],
     ) -> None:
-        await self._store.persist_offsets(group_id, offsets)
+        await self._store.persist_offsets(group_id, offsets, applied)
 
     async def persist_offsets_delete(
-        self, group_id: str, partitions: list[tuple[str, int]] | None
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        applied: Callable[[], None],
     ) -> None:
-        await self._store.persist_offsets_delete(group_id, partitions)
+        await self._store.persist_offsets_delete(group_id, partitions, applied)
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         return self._store.partition(topic, partition) is not None

@@ -4,7 +4,7 @@ replay, and OffsetFetch answers."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,13 +26,20 @@ PartitionKey = tuple[str, int]
 class OffsetStore(Protocol):
     """Durability and topic knowledge the broker provides to the coordinator."""
 
-    async def persist_offsets(self, group_id: str, offsets: list[OffsetTuple]) -> None:
-        """Return once the offsets are durable."""
+    async def persist_offsets(
+        self, group_id: str, offsets: list[OffsetTuple], applied: Callable[[], None]
+    ) -> None:
+        """Return once the offsets are durable. ``applied`` runs as they become durable,
+        before anything later is logged (a snapshot must see them); not if they fail."""
 
     async def persist_offsets_delete(
-        self, group_id: str, partitions: list[PartitionKey] | None
+        self,
+        group_id: str,
+        partitions: list[PartitionKey] | None,
+        applied: Callable[[], None],
     ) -> None:
-        """Return once the deletion is durable; ``None`` deletes the whole group."""
+        """Return once the deletion is durable; ``None`` deletes the whole group. ``applied``
+        as for ``persist_offsets``."""
 
     def partition_exists(self, topic: str, partition: int) -> bool: ...
 
@@ -66,8 +73,9 @@ class OffsetTable:
         self._commit_seq += 1
         seq = self._commit_seq
         keys = None if partitions is None else list(partitions)
-        await self.store.persist_offsets_delete(group_id, keys)
-        self.forget(group_id, keys, seq)
+        await self.store.persist_offsets_delete(
+            group_id, keys, lambda: self.forget(group_id, keys, seq)
+        )
 
     def forget(
         self, group_id: str, partitions: Iterable[PartitionKey] | None, seq: int = 0
@@ -109,13 +117,13 @@ class OffsetTable:
             self._commit_seq += 1
             seq = self._commit_seq
             try:
-                await self.store.persist_offsets(group_id, to_store)
+                await self.store.persist_offsets(
+                    group_id, to_store, lambda: self.apply(group_id, to_store, seq)
+                )
             except Exception:
                 log.exception("group %s: persisting offsets failed", group_id)
                 for topic, partition, *_ in to_store:
                     errors[(topic, partition)] = COORDINATOR_NOT_AVAILABLE
-            else:
-                self.apply(group_id, to_store, seq)
         return errors
 
     def apply(self, group_id: str, offsets: Iterable[OffsetTuple], seq: int) -> None:

@@ -307,8 +307,12 @@ class LogStore:
 
     async def put_document(self, name: str, data: bytes) -> None:
         """Replace document `name`; durable when this returns."""
-        await self.wal.append(RecordType.CONTROL, wal_records.document_header(name, data))
-        self.documents[name] = data
+
+        def applied() -> None:
+            self.documents[name] = data
+
+        header = wal_records.document_header(name, data)
+        await self.wal.append(RecordType.CONTROL, header, on_durable=applied)
 
     # -- produce -----------------------------------------------------------------------------
 
@@ -362,27 +366,41 @@ class LogStore:
         async with self._producer_id_lock:
             if self.next_producer_id >= self._producer_id_limit:
                 limit = self.next_producer_id + PRODUCER_ID_BLOCK
-                await self.wal.append(RecordType.CONTROL, wal_records.producer_ids_header(limit))
-                self._producer_id_limit = limit
+
+                def applied() -> None:
+                    self._producer_id_limit = limit
+
+                header = wal_records.producer_ids_header(limit)
+                await self.wal.append(RecordType.CONTROL, header, on_durable=applied)
             pid = self.next_producer_id
             self.next_producer_id += 1
             return pid
 
     # -- offsets -----------------------------------------------------------------------------
 
+    # `applied` puts the change into the offset table as the record becomes durable, so the
+    # snapshot of a segment rolled right after it holds it (shared_wal.AppendTicket).
+
     async def persist_offsets(
-        self, group_id: str, offsets: list[tuple[str, int, int, int, str]]
+        self,
+        group_id: str,
+        offsets: list[tuple[str, int, int, int, str]],
+        applied: Callable[[], None] | None = None,
     ) -> None:
-        await self.wal.append(RecordType.CONTROL, wal_records.offsets_header(group_id, offsets))
+        header = wal_records.offsets_header(group_id, offsets)
+        await self.wal.append(RecordType.CONTROL, header, on_durable=applied)
 
     async def persist_offsets_delete(
-        self, group_id: str, partitions: list[tuple[str, int]] | None
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        applied: Callable[[], None] | None = None,
     ) -> None:
         if partitions is None:
             header = wal_records.group_delete_header(group_id)
         else:
             header = wal_records.offsets_delete_header(group_id, partitions)
-        await self.wal.append(RecordType.CONTROL, header)
+        await self.wal.append(RecordType.CONTROL, header, on_durable=applied)
 
     # -- snapshot and replay -----------------------------------------------------------------
 

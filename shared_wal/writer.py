@@ -63,13 +63,33 @@ class PreparedTrim:
 class AppendTicket:
     """One submitted record; resolves once the group holding it is durable."""
 
-    __slots__ = ("_error", "_event", "_position", "header_bytes", "nbytes", "payload", "type")
+    __slots__ = (
+        "_error",
+        "_event",
+        "_position",
+        "header_bytes",
+        "nbytes",
+        "on_durable",
+        "payload",
+        "type",
+    )
 
-    def __init__(self, rtype: RecordType, header_bytes: bytes, payload: memoryview) -> None:
+    def __init__(
+        self,
+        rtype: RecordType,
+        header_bytes: bytes,
+        payload: memoryview,
+        on_durable: Callable[[], None] | None = None,
+    ) -> None:
         self.type = rtype
         self.header_bytes = header_bytes
         self.payload = payload
         self.nbytes = OVERHEAD + len(header_bytes) + payload.nbytes
+        # Run by the writer as the record becomes durable, before it takes the next group:
+        # so the snapshot opening the next segment already holds the record's effect (a waiter
+        # woken by the ticket may run only after that snapshot, and once the segment holding
+        # the record is trimmed the effect would be gone).
+        self.on_durable = on_durable
         self._event = trio.Event()
         self._position: WalPosition | None = None
         self._error: WalError | None = None
@@ -89,6 +109,12 @@ class AppendTicket:
     def _resolve(self, position: WalPosition) -> None:
         self._position = position
         self.payload = memoryview(b"")  # let go of the caller's buffer
+        if self.on_durable is not None:
+            on_durable, self.on_durable = self.on_durable, None
+            try:
+                on_durable()
+            except Exception:
+                log.exception("applying a durable WAL record at %s failed", position)
         self._event.set()
 
     def _fail(self, error: WalError) -> None:
@@ -228,17 +254,23 @@ class WalWriter:
     # -- appending -------------------------------------------------------------------------
 
     def submit(
-        self, type: RecordType, header: dict[str, Any], payload: Buffer = b""
+        self,
+        type: RecordType,
+        header: dict[str, Any],
+        payload: Buffer = b"",
+        on_durable: Callable[[], None] | None = None,
     ) -> AppendTicket:
         """Queue a record now (no checkpoint: submit order is log order) and return its ticket.
 
         The payload buffer is referenced, not copied: do not mutate it until the ticket is done.
+        `on_durable` applies the record's effect to the state a snapshot reads (see
+        AppendTicket), not run if the record fails.
         """
         if self._failed is not None:
             raise WalError(f"WAL writer {self.writer_id} has failed: {self._failed}")
         if self._closing:
             raise WalError(f"WAL writer {self.writer_id} is closed")
-        ticket = AppendTicket(RecordType(type), pack_header(header), byte_view(payload))
+        ticket = AppendTicket(RecordType(type), pack_header(header), byte_view(payload), on_durable)
         if ticket.nbytes - 4 > 0xFFFFFFFF:
             raise WalError(f"WAL record of {ticket.nbytes} bytes is too large")
         self._queue.append(ticket)
@@ -247,9 +279,13 @@ class WalWriter:
         return ticket
 
     async def append(
-        self, type: RecordType, header: dict[str, Any], payload: Buffer = b""
+        self,
+        type: RecordType,
+        header: dict[str, Any],
+        payload: Buffer = b"",
+        on_durable: Callable[[], None] | None = None,
     ) -> WalPosition:
-        return await self.submit(type, header, payload).wait()
+        return await self.submit(type, header, payload, on_durable).wait()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The group-commit loop (and periodic retention); returns after ``aclose()``."""

@@ -6,6 +6,7 @@ import datetime
 import importlib
 import io
 import types
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,9 +38,15 @@ class FakeStore:
         self.partitions = {("t", 0), ("t", 1), ("u", 0)}
         self.persisted: list[tuple[str, list[tuple[str, int, int, int, str]]]] = []
 
-    async def persist_offsets(self, group_id: str, offsets: list[tuple[str, int, int, int, str]]):
+    async def persist_offsets(
+        self,
+        group_id: str,
+        offsets: list[tuple[str, int, int, int, str]],
+        applied: Callable[[], None],
+    ) -> None:
         await trio.sleep(0.001)  # a durable write takes a moment
         self.persisted.append((group_id, list(offsets)))
+        applied()
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.partitions

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,15 +28,21 @@ class Store:
         self.log: list[tuple[str, Any]] = []
         self.fail = False
 
-    async def persist_offsets(self, group_id: str, offsets: list[Any]) -> None:
+    async def persist_offsets(
+        self, group_id: str, offsets: list[Any], applied: Callable[[], None]
+    ) -> None:
         await trio.sleep(0.001)
         self.log.append((group_id, list(offsets)))
+        applied()
 
-    async def persist_offsets_delete(self, group_id: str, partitions: list[Any] | None) -> None:
+    async def persist_offsets_delete(
+        self, group_id: str, partitions: list[Any] | None, applied: Callable[[], None]
+    ) -> None:
         await trio.sleep(0.001)
         if self.fail:
             raise OSError("disk gone")
         self.log.append((group_id, ("delete", partitions)))
+        applied()
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         return topic in TOPIC_IDS and partition in (0, 1)

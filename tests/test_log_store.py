@@ -9,11 +9,20 @@ from typing import Any
 
 import msgpack
 import trio
+import trio.testing
 
 from kafka_wire.record_batch import build_batch, decode_records_for_tools, validate_produce_records
 from main_broker.log_store import LogStore
 from main_broker.producer_state import Verdict
-from shared_wal import RecordType, WalConfig, WalPosition, WalReader, WalWriter, open_wal_fs
+from shared_wal import (
+    RecordType,
+    WalConfig,
+    WalPosition,
+    WalReader,
+    WalWriter,
+    open_wal_fs,
+    storage,
+)
 from shared_wal import broker_records as wal_records
 
 
@@ -244,3 +253,44 @@ async def test_replay_applies_group_and_offset_deletions(tmp_path: Path) -> None
     store2.replay(wal2.replay())
     assert state == {"kept": {("t", 1): ("t", 1, 9, 1, "m1")}}
     await wal2.aclose()
+
+
+async def test_a_record_durable_just_before_a_segment_roll_is_in_the_next_snapshot(
+    tmp_path: Path,
+) -> None:
+    """A document, an offset commit or a producer id block that is the last record of a
+    segment is in the SNAPSHOT opening the next one, so it survives that segment's trim.
+    Before, the change reached the store's state only when its waiter ran, and the writer
+    could take the next group (and its snapshot) first: lost after the trim and a restart.
+    Repeated, as trio may run either first."""
+    for attempt in range(8):
+        url = f"osfs://{tmp_path}/{attempt}"
+        config = WalConfig(segment_bytes=2048, max_group_bytes=1024)
+        store, wal = await _open(url, config)
+        offsets: dict[str, list[list[Any]]] = {}
+        store.snapshot_offsets = lambda offsets=offsets: dict(offsets)
+
+        def committed(offsets: dict[str, list[list[Any]]] = offsets) -> None:
+            offsets["g"] = [["t", 0, 42, 3, "m"]]
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.put_document, "acls", b"the ACLs")
+            nursery.start_soon(store.persist_offsets, "g", [("t", 0, 42, 3, "m")], committed)
+            nursery.start_soon(store.allocate_producer_id)  # logs a block of producer ids
+            await trio.testing.wait_all_tasks_blocked()
+            # Queued behind them, in a group of its own that does not fit the first segment.
+            big = wal.submit(RecordType.CONTROL, wal_records.producer_ids_header(0), bytes(3000))
+            await nursery.start(wal.run)
+            await big.wait()
+            await wal.aclose()
+            nursery.cancel_scope.cancel()
+        fs = open_wal_fs(url)
+        segments = storage.list_segment_ids(fs, "main-1")
+        assert len(segments) == 2
+        fs.remove(storage.segment_path("main-1", segments[0]))  # as a trim would
+        loaded: dict[str, list[Any]] = {}
+        restarted, wal2 = await _open(url, config, load_offsets=loaded.__setitem__)
+        assert restarted.documents == {"acls": b"the ACLs"}
+        assert loaded == {"g": [("t", 0, 42, 3, "m")]}
+        assert restarted.next_producer_id > 0  # producer id 0 was handed out
+        await wal2.aclose()
