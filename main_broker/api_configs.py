@@ -131,7 +131,7 @@ async def alter_configs(broker: MainBroker, ctx: RequestContext, req: Any) -> di
         entries: list[tuple[str, str | None]] = [(c.name, c.value) for c in res.configs]
 
         def replace(current: dict[str, str], entries: Any = entries) -> dict[str, str]:
-            return replace_topic_configs(entries)
+            return replace_topic_configs(entries, null_is_invalid_request=True)
 
         names = [name for name, _ in entries]
         responses.append(await _alter(broker, res, names, replace, bool(req.validate_only)))

@@ -6,7 +6,6 @@ serves them).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -54,9 +53,15 @@ class ConfigChangeError(Exception):
 
 def _no_duplicates(names: Sequence[str]) -> None:
     if len(set(names)) != len(names):
-        dups = sorted(n for n, count in Counter(names).items() if count > 1)
+        raise ConfigChangeError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+
+
+def _no_null_values(names: Sequence[str]) -> None:
+    # AlterConfigs and IncrementalAlterConfigs (but DELETE) refuse a null value before they
+    # look at the key (ConfigAdminManager.preprocess); CreateTopics' is INVALID_CONFIG.
+    if names:
         raise ConfigChangeError(
-            ErrorCode.invalid_request, f"Error due to duplicate config keys: {', '.join(dups)}"
+            ErrorCode.invalid_request, f"Null value not supported for : {', '.join(names)}"
         )
 
 
@@ -67,10 +72,14 @@ def _validated(configs: Mapping[str, str | None]) -> dict[str, str]:
         raise ConfigChangeError(ErrorCode.invalid_config, str(exc)) from None
 
 
-def replace_topic_configs(entries: Sequence[tuple[str, str | None]]) -> dict[str, str]:
-    """AlterConfigs: the given entries become the topic's whole explicit set (others revert
-    to their defaults)."""
+def replace_topic_configs(
+    entries: Sequence[tuple[str, str | None]], *, null_is_invalid_request: bool = False
+) -> dict[str, str]:
+    """AlterConfigs (`null_is_invalid_request`) and CreateTopics: the given entries become the
+    topic's whole explicit set (others revert to their defaults)."""
     _no_duplicates([name for name, _ in entries])
+    if null_is_invalid_request:
+        _no_null_values([name for name, value in entries if value is None])
     return _validated(dict(entries))
 
 
@@ -86,6 +95,7 @@ def incremental_topic_configs(
     APPEND and SUBTRACT work on list-typed keys only, starting from the explicit value or the
     key's default, as Kafka's ConfigAdminManager does."""
     _no_duplicates([name for name, _, _ in ops])
+    _no_null_values([name for name, op, value in ops if op != OP_DELETE and value is None])
     result: dict[str, str | None] = dict(current)
     for name, op, value in ops:
         if op == OP_SET:
