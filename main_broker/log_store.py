@@ -13,6 +13,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -541,21 +542,40 @@ class LogStore:
         self, header: dict[str, Any], batches: list[tuple[dict[str, Any], Buffer]]
     ) -> PartitionLog:
         """Write a `takeover` record and the taken-over batches (DATA headers and payloads,
-        original offsets) to our WAL; once durable, the partition holds them."""
-        tickets = [self.wal.submit(RecordType.CONTROL, header)]
+        original offsets) to our WAL; the partition holds each as it becomes durable, so a
+        snapshot opening the next segment has them (as every CONTROL record's effect)."""
+        taken: list[PartitionLog] = []
+
+        def apply_header() -> None:
+            plog = self.apply_takeover(header)
+            if plog is not None:
+                taken.append(plog)
+
+        tickets = [self.wal.submit(RecordType.CONTROL, header, on_durable=apply_header)]
         for data_header, payload in batches:
-            tickets.append(self.wal.submit(RecordType.DATA, data_header, payload))
-        positions = [await ticket.wait() for ticket in tickets]
-        plog = self.apply_takeover(header)
-        if plog is None:
+            ticket = self.wal.submit(RecordType.DATA, data_header, payload)
+            ticket.on_durable = partial(self._replay_taken, taken, data_header, payload, ticket)
+            tickets.append(ticket)
+        for ticket in tickets:
+            await ticket.wait()
+        if not taken:
             raise KeyError(f"{header['t']}-{header['p']} is not known here")
-        for (data_header, payload), position in zip(batches, positions[1:], strict=True):
-            plog.replay_batch(data_header, memoryview(payload), position)
+        plog = taken[0]
         for entry in plog.entries:
             if entry.data is not None:
                 self.cache.add(entry)
         self.partition_moved(plog)
         return plog
+
+    @staticmethod
+    def _replay_taken(
+        taken: list[PartitionLog],
+        data_header: dict[str, Any],
+        payload: Buffer,
+        ticket: AppendTicket,
+    ) -> None:
+        if taken and ticket.position is not None:
+            taken[0].replay_batch(data_header, memoryview(payload), ticket.position)
 
     def apply_takeover(self, header: dict[str, Any]) -> PartitionLog | None:
         """A `takeover` CONTROL record (main_broker/reassignment.py): the partition restarts

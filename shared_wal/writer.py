@@ -98,6 +98,11 @@ class AppendTicket:
     def done(self) -> bool:
         return self._event.is_set()
 
+    @property
+    def position(self) -> WalPosition | None:
+        """Where the record lies, once durable (set before `on_durable` runs)."""
+        return self._position
+
     async def wait(self) -> WalPosition:
         """The record's position once durable; WalError if its group failed."""
         await self._event.wait()

@@ -11,7 +11,7 @@ import trio
 
 from main_broker.producer_state import Verdict
 from main_broker.reassignment import Move, TailCollector, takeover_header
-from shared_wal import WalConfig, WalReader, open_wal_fs
+from shared_wal import WalConfig, WalReader, open_wal_fs, storage
 from tests.test_log_store import _open, _produce, _values
 
 TOPIC_ID = bytes(range(16))
@@ -64,5 +64,51 @@ async def test_takeover_rebuilds_the_partition_and_survives_a_restart(tmp_path: 
             assert plog.producers.check(7, 0, 40, 42).verdict is Verdict.REJECT
             other = store.partition("t", 1)
             assert other is not None and other.next_offset == 0  # only partition 0 moved
+    finally:
+        await reopened_wal.aclose()
+
+
+async def test_a_takeover_split_over_segments_survives_their_trim(tmp_path: Path) -> None:
+    """The takeover record and the batches after it span segment rolls: each SNAPSHOT opening
+    a segment holds what is durable before it, so trimming every older segment (as uploads
+    let the WAL do) loses neither the epoch, the producer state nor the offsets."""
+    url = f"osfs://{tmp_path}"
+    src, src_wal = await _open(url, WalConfig(segment_bytes=1 << 20), writer="main-1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(src_wal.run)
+        await src.create_topic("t", 1, {}, TOPIC_ID)
+        for i in range(12):
+            await _produce(src, "t", 0, [f"v{i}-{j}".encode() * 20 for j in range(3)], 7, i * 3)
+        await src_wal.aclose()
+        nursery.cancel_scope.cancel()
+    collector = TailCollector("t", 0, TOPIC_ID, 0)
+    reader = WalReader(open_wal_fs(url), "main-1")
+    for record in reader.iter_records(reader.segments()[0]):
+        collector.add(int(record.type), record.header, record.payload)
+    tail = collector.result()
+    header = takeover_header(Move("t", 0, 1, 2, 1), tail)
+    batches = [(b.data_header(), bytes(b.payload or b"")) for b in tail.batches]
+
+    config = WalConfig(segment_bytes=1024, max_group_bytes=512)  # a roll every few batches
+    dst, dst_wal = await _open(url, config, writer="main-2")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dst_wal.run)
+        await dst.create_topic("t", 1, {}, TOPIC_ID, [1])
+        await dst.take_over(header, batches)
+        await dst_wal.aclose()
+        nursery.cancel_scope.cancel()
+    fs = open_wal_fs(url)
+    segments = storage.list_segment_ids(fs, "main-2")
+    assert len(segments) > 3, "the takeover must span several segments"
+    for segment in segments[:-1]:
+        fs.remove(storage.segment_path("main-2", segment))
+
+    reopened, reopened_wal = await _open(url, config, writer="main-2")
+    try:
+        plog = reopened.partition("t", 0)
+        assert plog is not None
+        assert (plog.next_offset, plog.high_watermark, plog.leader_epoch) == (36, 36, 1)
+        assert plog.producers.check(7, 0, 33, 35).verdict is Verdict.DUPLICATE
+        assert plog.producers.check(7, 0, 36, 38).verdict is Verdict.APPEND
     finally:
         await reopened_wal.aclose()
