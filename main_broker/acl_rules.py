@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 __all__ = [
+    "AUTHORIZED_OPERATIONS_OMITTED",
     "CLUSTER_NAME",
     "WILDCARD",
     "WILDCARD_PRINCIPAL",
@@ -25,6 +26,7 @@ __all__ = [
     "Permission",
     "ResourceType",
     "authorize",
+    "authorized_operations",
     "create_error",
     "delete_filter_error",
     "filter_matches",
@@ -73,6 +75,42 @@ class Operation(IntEnum):
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
     TWO_PHASE_COMMIT = 15
+
+
+# The operations each resource type supports (Kafka's AclEntry.supportedOperations). With no
+# ACLs enforced a client may do all of them, which is what describe answers report.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (
+        Operation.READ,
+        Operation.WRITE,
+        Operation.CREATE,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.ALTER,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    ResourceType.CLUSTER: (
+        Operation.CREATE,
+        Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+        Operation.IDEMPOTENT_WRITE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+    ),
+}
+# What an authorized-operations field holds when the client did not ask for it.
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+def authorized_operations(resource: ResourceType) -> int:
+    """The authorized-operations bit field of a describe answer (bit N: operation code N)."""
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[resource]:
+        bits |= 1 << operation
+    return bits
 
 
 class Permission(IntEnum):

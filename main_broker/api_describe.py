@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import trio
 from kio.schema.errors import ErrorCode
 
+from main_broker.acl_rules import ResourceType, authorized_operations
 from main_broker.api_cluster import topic_metadata
 from main_broker.partition_log import PartitionLog, leader_error
 from s3_commit.manifest import manifest_key
@@ -24,19 +25,10 @@ if TYPE_CHECKING:
 
 # Kafka's max.request.partition.size.limit default: partitions per DescribeTopicPartitions answer.
 MAX_PARTITIONS_PER_RESPONSE = 2000
-# AclOperation codes a topic supports; without an authorizer Kafka grants all of them.
-TOPIC_OPERATIONS = (3, 4, 5, 6, 7, 8, 10, 11)  # READ WRITE CREATE DELETE ALTER DESCRIBE D/A_CONFIGS
 # KIP-714: with no metrics requested a client does not push and asks again after this long.
 TELEMETRY_RETRY_MS = 300_000
 TELEMETRY_MAX_BYTES = 1024 * 1024
 _disk_usage_limiter = trio.CapacityLimiter(1)
-
-
-def operations_bitfield(operations: tuple[int, ...]) -> int:
-    bits = 0
-    for op in operations:
-        bits |= 1 << op
-    return bits
 
 
 # -- DescribeTopicPartitions -------------------------------------------------------------------
@@ -61,7 +53,7 @@ async def describe_topic_partitions(
             }
         names = names[names.index(cursor.topic_name) :]
     limit = min(max(int(req.response_partition_limit), 1), MAX_PARTITIONS_PER_RESPONSE)
-    ops = operations_bitfield(TOPIC_OPERATIONS)
+    ops = authorized_operations(ResourceType.TOPIC)
     topics_out: list[dict[str, Any]] = []
     next_cursor: dict[str, Any] | None = None
     for name in names:

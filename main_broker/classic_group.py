@@ -12,6 +12,8 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from main_broker.acl_rules import ResourceType, authorized_operations
+
 NONE = int(ErrorCode.none)
 ILLEGAL_GENERATION = int(ErrorCode.illegal_generation)
 INCONSISTENT_GROUP_PROTOCOL = int(ErrorCode.inconsistent_group_protocol)
@@ -24,9 +26,7 @@ GROUP_MAX_SIZE_REACHED = int(ErrorCode.group_max_size_reached)
 FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
 NOT_COORDINATOR = int(ErrorCode.not_coordinator)
 
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-# READ (3), DELETE (6) and DESCRIBE (8): everything a group supports; there are no ACLs here.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+GROUP_AUTHORIZED_OPERATIONS = authorized_operations(ResourceType.GROUP)
 
 
 class GroupState(enum.Enum):

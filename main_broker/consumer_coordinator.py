@@ -17,6 +17,8 @@ from typing import Any, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
+from main_broker.acl_rules import AUTHORIZED_OPERATIONS_OMITTED
+from main_broker.classic_group import GROUP_AUTHORIZED_OPERATIONS
 from main_broker.consumer_assignor import Assignment
 from main_broker.consumer_group import (
     LEAVE_EPOCH,
@@ -33,8 +35,6 @@ INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
 NOT_COORDINATOR = int(ErrorCode.not_coordinator)
 GROUP_ID_NOT_FOUND = int(ErrorCode.group_id_not_found)
 INVALID_REQUEST = int(ErrorCode.invalid_request)
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 MEMBER_TYPE_CONSUMER = 1
 RESTART_MARGIN_S = 1.0
 

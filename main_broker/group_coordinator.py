@@ -11,8 +11,8 @@ from typing import Any
 
 import trio
 
+from main_broker.acl_rules import AUTHORIZED_OPERATIONS_OMITTED
 from main_broker.classic_group import (
-    AUTHORIZED_OPERATIONS_OMITTED,
     FENCED_INSTANCE_ID,
     GROUP_AUTHORIZED_OPERATIONS,
     GROUP_MAX_SIZE_REACHED,

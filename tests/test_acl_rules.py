@@ -12,6 +12,7 @@ from main_broker.acl_rules import (
     Permission,
     ResourceType,
     authorize,
+    authorized_operations,
     create_error,
     delete_filter_error,
     filter_matches,
@@ -199,3 +200,11 @@ def test_alter_configs_implies_describe_configs() -> None:
     acls = [acl(op=Operation.ALTER_CONFIGS)]
     assert authorize(acls, "User:alice", "h", Operation.DESCRIBE_CONFIGS, T, "orders")
     assert not authorize(acls, "User:alice", "h", Operation.DESCRIBE, T, "orders")
+
+
+def test_authorized_operations_are_every_supported_operation() -> None:
+    # The bit fields Kafka reports with no ACLs in the way (3576: a topic's eight operations).
+    assert authorized_operations(ResourceType.TOPIC) == 3576
+    assert authorized_operations(ResourceType.GROUP) == (1 << 3) | (1 << 6) | (1 << 8)
+    cluster = authorized_operations(ResourceType.CLUSTER)
+    assert cluster & (1 << Operation.CLUSTER_ACTION) and not cluster & (1 << Operation.READ)
