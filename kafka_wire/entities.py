@@ -286,16 +286,16 @@ class _Plan:
     fixed: int = -1  # size of the untagged part when it is all fixed-size fields
 
 
-def _scalar_op(kafka_type: str, compact: bool) -> tuple[Any, ...]:
+def _scalar_op(kafka_type: str, compact: bool, nullable: bool) -> tuple[Any, ...]:
     size = _FIXED_SIZE.get(kafka_type)
     if size is not None:
         return (_FIXED, size)
     if kafka_type not in ("string", "bytes", "records"):
         raise SchemaWalkError(f"unknown kafka_type {kafka_type!r}")
     if compact:
-        return (_COMPACT,)
+        return (_COMPACT, nullable)
     width = 2 if kafka_type == "string" else 4
-    return (_LEGACY, _UNPACK_WIDTH[width], width)
+    return (_LEGACY, _UNPACK_WIDTH[width], width, nullable)
 
 
 def _field_op(field: FieldSpec, flexible: bool, in_tag: bool, legacy: bool) -> tuple[Any, ...]:
@@ -303,17 +303,17 @@ def _field_op(field: FieldSpec, flexible: bool, in_tag: bool, legacy: bool) -> t
     if kind is FieldKind.PRIMITIVE:
         assert field.kafka_type is not None
         # RequestHeader.client_id stays a legacy string even in header v2.
-        return _scalar_op(field.kafka_type, flexible and not legacy)
+        return _scalar_op(field.kafka_type, flexible and not legacy, field.nullable)
     if kind is FieldKind.PRIMITIVE_ARRAY:
         assert field.kafka_type is not None
-        element = _scalar_op(field.kafka_type, flexible)
+        element = _scalar_op(field.kafka_type, flexible, False)
         if element[0] == _FIXED:
-            return (_ARRAY_FIXED, flexible, element[1])
-        return (_ARRAY_VAR, flexible, element)
+            return (_ARRAY_FIXED, flexible, element[1], field.nullable)
+        return (_ARRAY_VAR, flexible, element, field.nullable)
     assert field.entity is not None
     sub = _plan(field.entity)
     if kind is FieldKind.ENTITY_ARRAY:
-        return (_STRUCTS, flexible, sub)
+        return (_STRUCTS, flexible, sub, field.nullable)
     # Nullable structs (KIP-893) carry an int8 marker; tagged ones are never null.
     return (_NULLABLE if field.nullable and not in_tag else _STRUCT, sub)
 
@@ -337,7 +337,9 @@ def _plan(cls: type) -> _Plan:
     return _Plan(ops, spec.flexible, tags, fixed)
 
 
-def _count_at(buf: memoryview, pos: int, end: int, compact: bool) -> tuple[int, int]:
+def _count_at(
+    buf: memoryview, pos: int, end: int, compact: bool, nullable: bool
+) -> tuple[int, int]:
     if compact:
         n, pos = read_uvarint(buf, pos, end)
         n -= 1
@@ -348,6 +350,9 @@ def _count_at(buf: memoryview, pos: int, end: int, compact: bool) -> tuple[int, 
         pos += 4
         if n < -1:
             raise SchemaWalkError(f"negative array length {n} at {pos - 4}")
+    if n == -1 and not nullable:
+        # Kafka cannot parse it either ("non-nullable field ... was serialized as null").
+        raise SchemaWalkError(f"null array where the schema allows none, at {pos}")
     # Every element takes at least one byte: this bounds what a decoder may preallocate.
     if n > end - pos:
         raise SchemaWalkError(f"array of {n} elements in {end - pos} bytes")
@@ -362,6 +367,8 @@ def _scan_scalar(op: tuple[Any, ...], buf: memoryview, pos: int, end: int) -> in
         n, pos = read_uvarint(buf, pos, end)
         if n:
             pos += n - 1
+        elif not op[1]:
+            raise SchemaWalkError(f"null value where the schema allows none, at {pos}")
     else:
         width = op[2]
         if pos + width > end:
@@ -372,6 +379,8 @@ def _scan_scalar(op: tuple[Any, ...], buf: memoryview, pos: int, end: int) -> in
             raise SchemaWalkError(f"negative length {n} at {pos - width}")
         if n > 0:
             pos += n
+        elif n == -1 and not op[3]:
+            raise SchemaWalkError(f"null value where the schema allows none, at {pos}")
     if pos > end:
         raise SchemaWalkError(f"value runs past the end ({pos} > {end})")
     return pos
@@ -389,7 +398,7 @@ def _walk(
         if code <= _LEGACY:
             pos = _scan_scalar(op, buf, pos, end)
         elif code == _STRUCTS:
-            count, pos = _count_at(buf, pos, end, op[1])
+            count, pos = _count_at(buf, pos, end, op[1], op[3])
             sub = op[2]
             fixed = sub.fixed
             if fixed >= 0 and out is None:
@@ -409,12 +418,12 @@ def _walk(
                 mark = pos
                 unknown += found
         elif code == _ARRAY_FIXED:
-            count, pos = _count_at(buf, pos, end, op[1])
+            count, pos = _count_at(buf, pos, end, op[1], op[3])
             pos += count * op[2]
             if pos > end:
                 raise SchemaWalkError(f"array runs past the end ({pos} > {end})")
         elif code == _ARRAY_VAR:
-            count, pos = _count_at(buf, pos, end, op[1])
+            count, pos = _count_at(buf, pos, end, op[1], op[3])
             element = op[2]
             for _ in range(count):
                 pos = _scan_scalar(element, buf, pos, end)

@@ -587,3 +587,13 @@ def test_a_resource_named_many_times_is_refused_at_once(
         )
     for response in _both(fleet, key, version, {"resources": [resource]}):
         assert [r.error_code for r in response.responses] == [ErrorCode.none]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_null_array_the_schema_does_not_allow_closes_cleanly(fleet: Fleet, target: str) -> None:
+    # ListOffsets v2 whose topics array is null: Kafka cannot parse it and closes; the proxy's
+    # relay plan and the main's handler met a None instead (a handler failure, then a close).
+    frame = struct.pack(">hhih", 2, 2, 9, -1) + struct.pack(">ibi", -1, 0, -1)
+    mark = fleet.log_mark()
+    assert _exchange(fleet.bootstrap(target), frame, ANSWER_WITHIN_S) is None
+    _check_closed_cleanly(fleet, mark, None)

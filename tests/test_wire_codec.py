@@ -365,6 +365,29 @@ def test_huge_array_count_rejected_without_allocating() -> None:
         decode_request(parse_request_header(flexible), flexible)
 
 
+def test_null_where_the_schema_allows_none_is_malformed() -> None:
+    # Kafka's parser refuses it ("non-nullable field ... was serialized as null"); kio would
+    # hand the handlers a None they cannot expect.
+    def decode(frame: bytes) -> Any:
+        return decode_request(parse_request_header(frame), frame)
+
+    # ListOffsets v2: replica_id, isolation_level, then a null topics array.
+    with pytest.raises(MalformedRequest, match="null"):
+        decode(struct.pack(">hhih", 2, 2, 1, -1) + struct.pack(">ibi", -1, 0, -1))
+    # ListOffsets v6 (flexible): a compact null (0) topics array.
+    with pytest.raises(MalformedRequest, match="null"):
+        decode(
+            struct.pack(">hhih", 2, 6, 1, -1) + b"\x00" + struct.pack(">ib", -1, 0) + b"\x00\x00"
+        )
+    # Metadata v1: one topic with a null name; the name is nullable from v10 on.
+    with pytest.raises(MalformedRequest, match="null"):
+        decode(struct.pack(">hhih", 3, 1, 1, -1) + struct.pack(">ih", 1, -1))
+    v10 = build_request(3, 10, {"topics": [{"name": None}]})
+    assert [t.name for t in decode(encode_request(3, 10, 1, None, v10)).topics] == [None]
+    # A null topics array is "every topic" in Metadata v1+.
+    assert decode(struct.pack(">hhih", 3, 1, 1, -1) + struct.pack(">i", -1)).topics is None
+
+
 ALL_SCHEMAS = [
     loader(api_key, version)
     for api_key, (low, high) in sorted(KIO_VERSION_RANGES.items())
