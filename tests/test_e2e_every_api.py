@@ -199,17 +199,34 @@ def _error_codes(entity: Any) -> Iterator[ErrorCode]:
             yield from _error_codes(item)
 
 
-def _check_answer(key: int, version: int, frame: bytes, correlation_id: int) -> Any:
+def _check_answer(
+    key: int, version: int, frame: bytes, correlation_id: int, request: Any = None
+) -> Any:
     """The response decodes with its schema, answers this request and carries only Kafka
-    error codes, none of them UNKNOWN_SERVER_ERROR (which means a handler failed)."""
+    error codes, none of them UNKNOWN_SERVER_ERROR (which means a handler failed) unless
+    Kafka answers it too."""
     try:
         cid, response = decode_response(key, version, frame)
     except MalformedMessage as exc:
         pytest.fail(f"api {key} v{version}: response does not decode: {exc}")
     assert cid == correlation_id
     codes = list(_error_codes(response))
-    assert ErrorCode.unknown_server_error not in codes, response
+    if ErrorCode.unknown_server_error in codes and not _kafka_fails(key, request, response):
+        pytest.fail(f"api {key} v{version}: UNKNOWN_SERVER_ERROR in {response!r:.2000}")
     return response
+
+
+API_ALTER_USER_SCRAM_CREDENTIALS = 51
+
+
+def _kafka_fails(key: int, request: Any, response: Any) -> bool:
+    """Where Kafka itself answers UNKNOWN_SERVER_ERROR: a SCRAM upsertion with an empty
+    salted password (its HMAC refuses the empty key in the controller)."""
+    if key != API_ALTER_USER_SCRAM_CREDENTIALS or request is None:
+        return False
+    empty = {u.name for u in request.upsertions if not u.salted_password}
+    failed = {r.user for r in response.results if r.error_code == ErrorCode.unknown_server_error}
+    return failed <= empty
 
 
 API_CREATE_ACLS, API_DESCRIBE_ACLS, API_DELETE_ACLS = 30, 29, 31
@@ -265,7 +282,7 @@ def _send_valid(fleet: Fleet, target: str, key: int, version: int, request: Any)
     assert answer is not None, (
         f"{target}: api {key} v{version}: connection closed, Kafka answers\n{request!r:.2000}"
     )
-    return _check_answer(key, version, answer, correlation_id)
+    return _check_answer(key, version, answer, correlation_id, request)
 
 
 def _check_closed_cleanly(fleet: Fleet, mark: int, answer: bytes | None) -> None:
