@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType
-from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from tests.fleet_process import FleetProcess
@@ -32,8 +31,10 @@ from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     ZoneFleet,
     create_topic,
+    kept_admin,
     produce_confluent,
-    start_up_fleet,
+    running_up_fleet,
+    unique_name,
     write_zones_toml,
     zone_client_id,
 )
@@ -60,11 +61,8 @@ def fleet_proc(
     )
     assert count == 3
     path.write_text(text)
-    proc, fleet = start_up_fleet(data_dir, config=path)
-    try:
-        yield proc, fleet
-    finally:
-        assert proc.stop() == 0, "".join(proc.output[-40:])
+    with running_up_fleet(data_dir, config=path) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -72,24 +70,8 @@ def zone_fleet(fleet_proc: tuple[FleetProcess, ZoneFleet]) -> ZoneFleet:
     return fleet_proc[1]
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-_ADMINS: dict[str, AdminClient] = {}
-
-
-def _admin(fleet: ZoneFleet, zone: str) -> AdminClient:
-    bootstrap = fleet.bootstrap(zone)
-    if bootstrap not in _ADMINS:
-        _ADMINS[bootstrap] = AdminClient(
-            {"bootstrap.servers": bootstrap, "client.id": zone_client_id(zone)}
-        )
-    return _ADMINS[bootstrap]
-
-
 def _describe(fleet: ZoneFleet, zone: str, group: str) -> Any:
-    return _admin(fleet, zone).describe_consumer_groups([group])[group].result(timeout=30)
+    return kept_admin(fleet, zone).describe_consumer_groups([group])[group].result(timeout=30)
 
 
 def _values(members: list[ConfluentMember]) -> list[bytes]:
@@ -98,7 +80,7 @@ def _values(members: list[ConfluentMember]) -> list[bytes]:
 
 def test_three_zones_consume_exactly_once_then_one_member_leaves(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
-    topic, group = _name("k848"), _name("k848")
+    topic, group = unique_name("k848"), unique_name("k848")
     create_topic(fleet, "az1", topic, PARTITIONS)
     events: list[Event] = []
     members = [
@@ -119,7 +101,7 @@ def test_three_zones_consume_exactly_once_then_one_member_leaves(zone_fleet: Zon
         d = _describe(fleet, "az2", group)
         assert d.type == ConsumerGroupType.CONSUMER and d.state == ConsumerGroupState.STABLE
         assert d.partition_assignor == "uniform" and len(d.members) == 3
-        listed = _admin(fleet, "az3").list_consumer_groups(types={ConsumerGroupType.CONSUMER})
+        listed = kept_admin(fleet, "az3").list_consumer_groups(types={ConsumerGroupType.CONSUMER})
         assert group in {g.group_id for g in listed.result(timeout=30).valid}
 
         n = 1200
@@ -164,7 +146,7 @@ def test_range_assignor_and_static_member_returns_to_its_partitions(
     zone_fleet: ZoneFleet,
 ) -> None:
     fleet = zone_fleet
-    topic, group = _name("range"), _name("range")
+    topic, group = unique_name("range"), unique_name("range")
     create_topic(fleet, "az2", topic, PARTITIONS)
     events: list[Event] = []
     conf = {**KIP848, "group.remote.assignor": "range"}
@@ -250,7 +232,7 @@ def _join_until_assigned(raw: RawKafka, group: str, topic: str) -> tuple[str, in
 
 def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
-    topic, group = _name("raw"), _name("raw")
+    topic, group = unique_name("raw"), unique_name("raw")
     create_topic(fleet, "az1", topic, 2)
     raw = RawKafka(fleet.bootstrap("az2"))
     try:
@@ -308,7 +290,9 @@ def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None
         assert commit(epoch, "nobody") == ErrorCode.unknown_member_id
 
         desc = raw.request(
-            69, 1, {"group_ids": [group, _name("nope")], "include_authorized_operations": False}
+            69,
+            1,
+            {"group_ids": [group, unique_name("nope")], "include_authorized_operations": False},
         )
         found, missing = desc.groups
         assert found.error_code == ErrorCode.none and found.group_state == "Stable"
@@ -348,7 +332,7 @@ def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None
 
 def test_a_silent_member_is_dropped_after_its_session_timeout(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
-    topic, group = _name("silent"), _name("silent")
+    topic, group = unique_name("silent"), unique_name("silent")
     create_topic(fleet, "az1", topic, 3)
     raw = RawKafka(fleet.bootstrap("az1"))
     _member, _epoch, got = _join_until_assigned(raw, group, topic)
@@ -378,7 +362,7 @@ def test_members_rejoin_after_their_coordinator_restarts(
     get UNKNOWN_MEMBER_ID, they rejoin, and the group consumes on (committed offsets are on
     the WAL)."""
     proc, fleet = fleet_proc
-    topic, group = _name("restart"), _name("restart")
+    topic, group = unique_name("restart"), unique_name("restart")
     create_topic(fleet, "az1", topic, 4)
     events: list[Event] = []
     members = [

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -30,7 +29,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AclOperation, AdminClient, OffsetSpec
+from confluent_kafka.admin import AclOperation, OffsetSpec
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata
@@ -52,8 +51,10 @@ from tests.zone_fleet import (
     ZoneFleet,
     check_exactly_once_in_order,
     create_topic,
+    kept_admin,
     produce_confluent,
-    start_up_fleet,
+    running_up_fleet,
+    unique_name,
     zone_client_id,
 )
 
@@ -64,33 +65,13 @@ INT32_MIN = -(2**31)
 def fleet_proc(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[FleetProcess, ZoneFleet]]:
-    proc, fleet = start_up_fleet(tmp_path_factory.mktemp("groups"))
-    try:
-        yield proc, fleet
-    finally:
-        assert proc.stop() == 0, "".join(proc.output[-40:])
+    with running_up_fleet(tmp_path_factory.mktemp("groups")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def zone_fleet(fleet_proc: tuple[FleetProcess, ZoneFleet]) -> ZoneFleet:
     return fleet_proc[1]
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-_ADMINS: dict[str, AdminClient] = {}
-
-
-def _admin(fleet: ZoneFleet, zone: str = "az1") -> AdminClient:
-    """One AdminClient per zone bootstrap, kept: a collected client never resolves its futures."""
-    bootstrap = fleet.bootstrap(zone)
-    if bootstrap not in _ADMINS:
-        _ADMINS[bootstrap] = AdminClient(
-            {"bootstrap.servers": bootstrap, "client.id": zone_client_id(zone)}
-        )
-    return _ADMINS[bootstrap]
 
 
 def _error_code(future: object) -> int:
@@ -109,7 +90,7 @@ def _commit_standalone(
     )
     deadline = time.monotonic() + 15
     while True:
-        (future,) = _admin(fleet, zone).alter_consumer_group_offsets([request]).values()
+        (future,) = kept_admin(fleet, zone).alter_consumer_group_offsets([request]).values()
         try:
             result = future.result(timeout=30)
         except KafkaException as exc:
@@ -127,7 +108,7 @@ def _commit_standalone(
 
 def _committed(fleet: ZoneFleet, zone: str, group: str) -> dict[tuple[str, int], int]:
     request = ConsumerGroupTopicPartitions(group)
-    (future,) = _admin(fleet, zone).list_consumer_group_offsets([request]).values()
+    (future,) = kept_admin(fleet, zone).list_consumer_group_offsets([request]).values()
     return {
         (tp.topic, tp.partition): tp.offset for tp in future.result(timeout=30).topic_partitions
     }
@@ -136,7 +117,7 @@ def _committed(fleet: ZoneFleet, zone: str, group: str) -> dict[tuple[str, int],
 def _one_group_per_main(fleet: ZoneFleet, prefix: str) -> dict[int, str]:
     groups: dict[int, str] = {}
     while len(groups) < len(main_bootstraps(fleet)):
-        g = _name(prefix)
+        g = unique_name(prefix)
         groups.setdefault(coordinator_of(fleet, g), g)
     return groups
 
@@ -148,25 +129,25 @@ def test_delete_groups_errors_and_durable_deletion(
     fleet_proc: tuple[FleetProcess, ZoneFleet],
 ) -> None:
     proc, fleet = fleet_proc
-    topic = _name("del")
+    topic = unique_name("del")
     create_topic(fleet, "az1", topic, 3)
     produce_confluent(fleet.bootstrap("az1"), "az1", topic, 30, "del")
     # One group on every main: a single DeleteGroups is split by coordinator and merged.
     groups = _one_group_per_main(fleet, "dg")
     for g in groups.values():
         _commit_standalone(fleet, "az2", g, {(topic, 0): 5, (topic, 1): 7})
-    kept = _name("kept")
+    kept = unique_name("kept")
     _commit_standalone(fleet, "az2", kept, {(topic, 2): 9})
-    live = ConfluentMember("live", fleet.bootstrap("az3"), "az3", _name("live"), [topic])
+    live = ConfluentMember("live", fleet.bootstrap("az3"), "az3", unique_name("live"), [topic])
     live.start()
     try:
         wait_until(lambda: live.assigned() == {0, 1, 2}, 45, lambda: f"{live.assigned()}")
-        missing = _name("missing")
-        futures = _admin(fleet, "az2").delete_consumer_groups([*groups.values(), missing])
+        missing = unique_name("missing")
+        futures = kept_admin(fleet, "az2").delete_consumer_groups([*groups.values(), missing])
         # (The future map is confluent's own: it resolves the futures it still holds.)
         assert _error_code(futures[missing]) == KafkaError.GROUP_ID_NOT_FOUND
         assert [futures[g].result(timeout=30) for g in groups.values()] == [None] * len(groups)
-        (busy,) = _admin(fleet, "az1").delete_consumer_groups([live.group]).values()
+        (busy,) = kept_admin(fleet, "az1").delete_consumer_groups([live.group]).values()
         assert _error_code(busy) == KafkaError.NON_EMPTY_GROUP
     finally:
         stop_all([live])
@@ -187,7 +168,7 @@ def test_delete_groups_errors_and_durable_deletion(
     assert _committed(fleet, "az1", kept) == {(topic, 2): 9}
     for g in groups.values():
         assert _committed(fleet, "az1", g) == {}
-        (again,) = _admin(fleet, "az1").delete_consumer_groups([g]).values()
+        (again,) = kept_admin(fleet, "az1").delete_consumer_groups([g]).values()
         assert _error_code(again) == KafkaError.GROUP_ID_NOT_FOUND
 
 
@@ -195,10 +176,10 @@ def test_offset_delete_refuses_subscribed_topics_and_is_durable(
     fleet_proc: tuple[FleetProcess, ZoneFleet],
 ) -> None:
     proc, fleet = fleet_proc
-    subscribed, other = _name("od-sub"), _name("od-other")
+    subscribed, other = unique_name("od-sub"), unique_name("od-other")
     for t in (subscribed, other):
         create_topic(fleet, "az2", t, 2)
-    group = _name("od")
+    group = unique_name("od")
     _commit_standalone(fleet, "az1", group, {(subscribed, 0): 3, (other, 0): 4, (other, 1): 6})
     member = ConfluentMember("m", fleet.bootstrap("az2"), "az2", group, [subscribed])
     member.start()
@@ -224,7 +205,7 @@ def test_offset_delete_refuses_subscribed_topics_and_is_durable(
         47,
         0,
         {
-            "group_id": _name("none"),
+            "group_id": unique_name("none"),
             "topics": [{"name": other, "partitions": [{"partition_index": 1}]}],
         },
     )
@@ -240,15 +221,15 @@ def test_offset_delete_refuses_subscribed_topics_and_is_durable(
 
 def test_list_groups_filters_and_describe_authorized_operations(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
-    topic = _name("lg")
+    topic = unique_name("lg")
     create_topic(fleet, "az1", topic, 2)
-    stable, empty = _name("stable"), _name("empty")
+    stable, empty = unique_name("stable"), unique_name("empty")
     _commit_standalone(fleet, "az3", empty, {(topic, 0): 1})
     member = ConfluentMember("m", fleet.bootstrap("az1"), "az1", stable, [topic])
     member.start()
     try:
         wait_until(lambda: member.assigned() == {0, 1}, 45, lambda: f"{member.assigned()}")
-        admin = _admin(fleet, "az2")
+        admin = kept_admin(fleet, "az2")
 
         def listed(**kw: object) -> dict[str, tuple[ConsumerGroupState, ConsumerGroupType]]:
             result = admin.list_consumer_groups(**kw).result(timeout=30)
@@ -300,12 +281,12 @@ def test_list_groups_filters_and_describe_authorized_operations(zone_fleet: Zone
 
 def test_commit_metadata_and_leader_epoch_with_every_client(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
-    topic = _name("meta")
+    topic = unique_name("meta")
     create_topic(fleet, "az1", topic, 3)
     produce_confluent(fleet.bootstrap("az1"), "az1", topic, 30, "meta")
 
     # confluent-kafka: commit with metadata and leader epoch, read back by another client.
-    group = _name("meta-ck")
+    group = unique_name("meta-ck")
     c = Consumer({"bootstrap.servers": fleet.bootstrap("az1"), "group.id": group})
     c.commit(offsets=[TopicPartition(topic, 0, 4, "ck-meta", 0)], asynchronous=False)
     (tp,) = c.committed([TopicPartition(topic, 0)], timeout=30)
@@ -318,7 +299,7 @@ def test_commit_metadata_and_leader_epoch_with_every_client(zone_fleet: ZoneFlee
     assert seen[KTopicPartition(topic, 0)].metadata == "ck-meta\x00"
 
     # kafka-python: OffsetAndMetadata with metadata and leader epoch.
-    group = _name("meta-kp")
+    group = unique_name("meta-kp")
     kc = KafkaConsumer(bootstrap_servers=fleet.bootstrap("az2"), group_id=group)
     kc.commit({KTopicPartition(topic, 1): KOffsetAndMetadata(7, "kp-meta", 0)})
     got = kp.list_group_offsets(group)[group][KTopicPartition(topic, 1)]
@@ -331,7 +312,7 @@ def test_commit_metadata_and_leader_epoch_with_every_client(zone_fleet: ZoneFlee
     ck_view.close()
 
     # aiokafka: commit with metadata, read back through its admin client.
-    group = _name("meta-aio")
+    group = unique_name("meta-aio")
 
     async def aio() -> None:
         consumer = AIOKafkaConsumer(
@@ -364,9 +345,9 @@ def test_static_member_restart_without_rebalance_and_fenced_duplicate(
     zone_fleet: ZoneFleet,
 ) -> None:
     fleet = zone_fleet
-    topic = _name("static")
+    topic = unique_name("static")
     create_topic(fleet, "az1", topic, 4)
-    group = _name("static")
+    group = unique_name("static")
     events: list[Event] = []
     static = {"session.timeout.ms": 20000, "partition.assignment.strategy": "range"}
     a = ConfluentMember(
@@ -449,7 +430,7 @@ def test_static_member_restart_without_rebalance_and_fenced_duplicate(
 
 def test_static_member_restart_keeps_generation_with_kafka_python(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
-    topic, group = _name("kp-static"), _name("kp-static")
+    topic, group = unique_name("kp-static"), unique_name("kp-static")
     create_topic(fleet, "az1", topic, 4)
 
     def member(zone: str, instance: str) -> KafkaConsumer:
@@ -501,7 +482,7 @@ def test_static_member_restart_keeps_generation_with_kafka_python(zone_fleet: Zo
 
 def test_static_member_restart_keeps_generation_with_aiokafka(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
-    topic, group = _name("aio-static"), _name("aio-static")
+    topic, group = unique_name("aio-static"), unique_name("aio-static")
     create_topic(fleet, "az1", topic, 4)
 
     def member(zone: str, instance: str) -> AIOKafkaConsumer:
@@ -554,10 +535,10 @@ def test_cooperative_sticky_members_join_and_leave_while_records_flow(
     zone_fleet: ZoneFleet,
 ) -> None:
     fleet = zone_fleet
-    topic = _name("coop")
+    topic = unique_name("coop")
     partitions, n = 6, 3000
     create_topic(fleet, "az1", topic, partitions)
-    group = _name("coop")
+    group = unique_name("coop")
     events: list[Event] = []
     coop = {
         "partition.assignment.strategy": "cooperative-sticky",
@@ -631,11 +612,11 @@ def test_cooperative_sticky_members_join_and_leave_while_records_flow(
 
 def test_consumer_lag_through_a_proxy(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
-    topic = _name("lag")
+    topic = unique_name("lag")
     create_topic(fleet, "az1", topic, 3)
     produce_confluent(fleet.bootstrap("az1"), "az1", topic, 90, "lag")
-    group = _name("lag")
-    admin = _admin(fleet, "az3")
+    group = unique_name("lag")
+    admin = kept_admin(fleet, "az3")
 
     def log_ends() -> dict[tuple[str, int], int]:
         ends = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(3)})
@@ -668,10 +649,10 @@ def test_group_scenario_with_each_client(zone_fleet: ZoneFleet, client: str) -> 
     """Consume in a group, commit, read the commit back, describe the group, delete it."""
     fleet = zone_fleet
     zone = "az2"
-    topic = _name(f"mix-{client}")
+    topic = unique_name(f"mix-{client}")
     create_topic(fleet, "az1", topic, 2)
     produce_confluent(fleet.bootstrap("az1"), "az1", topic, 40, "mix")
-    group = _name(f"mix-{client}")
+    group = unique_name(f"mix-{client}")
     bootstrap = fleet.bootstrap(zone)
     read: list[tuple[int, int, bytes]] = []
     if client == "confluent":
@@ -691,7 +672,7 @@ def test_group_scenario_with_each_client(zone_fleet: ZoneFleet, client: str) -> 
                 read.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[arg-type]
         c.commit(asynchronous=False)
         committed = {tp.partition: tp.offset for tp in c.committed(c.assignment(), timeout=30)}
-        d = _admin(fleet, zone).describe_consumer_groups([group])[group].result(timeout=30)
+        d = kept_admin(fleet, zone).describe_consumer_groups([group])[group].result(timeout=30)
         assert d.state == ConsumerGroupState.STABLE and len(d.members) == 1
         c.close()
     elif client == "kafka-python":
@@ -752,7 +733,10 @@ def test_group_scenario_with_each_client(zone_fleet: ZoneFleet, client: str) -> 
     assert _committed(fleet, "az3", group) == {(topic, p): o for p, o in ends.items()}
     wait_until(
         lambda: (
-            _admin(fleet, "az1").describe_consumer_groups([group])[group].result(timeout=30).state
+            kept_admin(fleet, "az1")
+            .describe_consumer_groups([group])[group]
+            .result(timeout=30)
+            .state
             == ConsumerGroupState.EMPTY
         ),
         30,
@@ -763,6 +747,6 @@ def test_group_scenario_with_each_client(zone_fleet: ZoneFleet, client: str) -> 
         assert kp.delete_groups([group]) == {group: "OK"}
         kp.close()
     else:
-        (f,) = _admin(fleet, "az1").delete_consumer_groups([group]).values()
+        (f,) = kept_admin(fleet, "az1").delete_consumer_groups([group]).values()
         assert f.result(timeout=30) is None
     assert _committed(fleet, "az1", group) == {}

@@ -297,6 +297,18 @@ def confluent_admin(fleet: ZoneFleet, zone: str, **extra: Any) -> AdminClient:
     return AdminClient({**config, **extra})
 
 
+_KEPT_ADMINS: dict[tuple[Path, str], AdminClient] = {}
+
+
+def kept_admin(fleet: ZoneFleet, zone: str = "az1") -> AdminClient:
+    """`confluent_admin`, one per fleet and zone, kept for the session: a client that is
+    collected never resolves its futures."""
+    key = (fleet.config.data_dir, zone)
+    if key not in _KEPT_ADMINS:
+        _KEPT_ADMINS[key] = confluent_admin(fleet, zone)
+    return _KEPT_ADMINS[key]
+
+
 def create_topic(fleet: ZoneFleet, zone: str, topic: str, partitions: int) -> None:
     admin = confluent_admin(fleet, zone)
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
