@@ -348,8 +348,9 @@ def check_exactly_once_in_order(records: list[Record], n: int, prefix: str) -> N
 
 
 def produce_confluent(
-    bootstrap: str, zone: str, topic: str, n: int, prefix: str, **extra: Any
+    bootstrap: str, zone: str, topic: str, n: int, prefix: str, start: int = 0, **extra: Any
 ) -> None:
+    """Values `prefix-start..start+n-1`, idempotent and acks=all; `extra` sets the producer."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -361,7 +362,7 @@ def produce_confluent(
         }
     )
     errors: list[object] = []
-    for i in range(n):
+    for i in range(start, start + n):
         producer.produce(
             topic,
             f"{prefix}-{i}".encode(),
@@ -545,24 +546,5 @@ def produce_many_batches(
 ) -> None:
     """Values `prefix-start..start+count-1`, idempotent and acks=all, ten records a batch: many
     batches, so the mains' WALs span many segments."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": zone_client_id(zone),
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "batch.num.messages": 10,
-        }
-    )
-    errors: list[object] = []
-    for i in range(start, start + count):
-        producer.produce(
-            topic,
-            f"{prefix}-{i}".encode(),
-            str(i % 101).encode(),
-            on_delivery=lambda err, _msg: errors.append(err) if err else None,
-        )
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert errors == []
+    settings = {"linger.ms": 2, "batch.num.messages": 10}
+    produce_confluent(bootstrap, zone, topic, count, prefix, start, **settings)
