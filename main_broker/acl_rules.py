@@ -105,8 +105,11 @@ SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def authorized_operations(resource: ResourceType) -> int:
-    """The authorized-operations bit field of a describe answer (bit N: operation code N)."""
+def authorized_operations(resource: ResourceType, requested: bool = True) -> int:
+    """The authorized-operations bit field of a describe answer (bit N: operation code N), or
+    the omitted value when the client did not ask for it."""
+    if not requested:
+        return AUTHORIZED_OPERATIONS_OMITTED
     bits = 0
     for operation in SUPPORTED_OPERATIONS[resource]:
         bits |= 1 << operation

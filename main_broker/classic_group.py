@@ -12,8 +12,6 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from main_broker.acl_rules import ResourceType, authorized_operations
-
 NONE = int(ErrorCode.none)
 ILLEGAL_GENERATION = int(ErrorCode.illegal_generation)
 INCONSISTENT_GROUP_PROTOCOL = int(ErrorCode.inconsistent_group_protocol)
@@ -25,8 +23,6 @@ MEMBER_ID_REQUIRED = int(ErrorCode.member_id_required)
 GROUP_MAX_SIZE_REACHED = int(ErrorCode.group_max_size_reached)
 FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
 NOT_COORDINATOR = int(ErrorCode.not_coordinator)
-
-GROUP_AUTHORIZED_OPERATIONS = authorized_operations(ResourceType.GROUP)
 
 
 class GroupState(enum.Enum):

@@ -17,8 +17,7 @@ from typing import Any, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
-from main_broker.acl_rules import AUTHORIZED_OPERATIONS_OMITTED
-from main_broker.classic_group import GROUP_AUTHORIZED_OPERATIONS
+from main_broker.acl_rules import ResourceType, authorized_operations
 from main_broker.consumer_assignor import Assignment
 from main_broker.consumer_group import (
     LEAVE_EPOCH,
@@ -175,11 +174,7 @@ class ConsumerCoordinator:
     def describe(
         self, group_ids: Sequence[str], include_authorized_operations: bool
     ) -> dict[str, Any]:
-        ops = (
-            GROUP_AUTHORIZED_OPERATIONS
-            if include_authorized_operations
-            else AUTHORIZED_OPERATIONS_OMITTED
-        )
+        ops = authorized_operations(ResourceType.GROUP, include_authorized_operations)
         out = []
         for gid in group_ids:
             desc: dict[str, Any] = {

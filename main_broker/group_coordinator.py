@@ -11,10 +11,9 @@ from typing import Any
 
 import trio
 
-from main_broker.acl_rules import AUTHORIZED_OPERATIONS_OMITTED
+from main_broker.acl_rules import ResourceType, authorized_operations
 from main_broker.classic_group import (
     FENCED_INSTANCE_ID,
-    GROUP_AUTHORIZED_OPERATIONS,
     GROUP_MAX_SIZE_REACHED,
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
@@ -639,11 +638,7 @@ class GroupCoordinator:
     def describe_groups(
         self, group_ids: Sequence[str], include_authorized_operations: bool = False
     ) -> dict[str, Any]:
-        ops = (
-            GROUP_AUTHORIZED_OPERATIONS
-            if include_authorized_operations
-            else AUTHORIZED_OPERATIONS_OMITTED
-        )
+        ops = authorized_operations(ResourceType.GROUP, include_authorized_operations)
         out = []
         for gid in group_ids:
             g = self._groups.get(gid)

@@ -206,5 +206,6 @@ def test_authorized_operations_are_every_supported_operation() -> None:
     # The bit fields Kafka reports with no ACLs in the way (3576: a topic's eight operations).
     assert authorized_operations(ResourceType.TOPIC) == 3576
     assert authorized_operations(ResourceType.GROUP) == (1 << 3) | (1 << 6) | (1 << 8)
+    assert authorized_operations(ResourceType.GROUP, requested=False) == -(2**31)
     cluster = authorized_operations(ResourceType.CLUSTER)
     assert cluster & (1 << Operation.CLUSTER_ACTION) and not cluster & (1 << Operation.READ)
