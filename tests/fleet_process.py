@@ -5,35 +5,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from tests.ports import free_port_block
+
 ZONEFLEET = str(Path(sys.executable).with_name("zonefleet"))
-
-
-def free_port_block(count: int = 2) -> int:
-    """A base port with `count` consecutive free loopback ports."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count >= 65535:
-            continue
-        ok = True
-        for port in range(base, base + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port block")
 
 
 class FleetProcess:

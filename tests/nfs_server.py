@@ -11,6 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.ports import free_port
+
 GANESHA = "ganesha.nfsd"
 _CONFIG = """\
 NFS_CORE_PARAM {{
@@ -44,12 +46,6 @@ EXPORT {{
 
 class GaneshaUnavailable(RuntimeError):
     """ganesha.nfsd is missing or would not start; the message carries the log tail."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _accepting(port: int) -> bool:
@@ -95,7 +91,7 @@ class GaneshaServer:
         self.local_subdir.mkdir(exist_ok=True)
         last_error = ""
         for _ in range(3):  # the free port may be taken between probing and binding
-            self.port = _free_port()
+            self.port = free_port()
             conf = self.tmp / "ganesha.conf"
             conf.write_text(
                 _CONFIG.format(

@@ -26,17 +26,11 @@ import pytest
 from botocore.config import Config
 
 from s3_commit.s3_store import S3ObjectStore
+from tests.ports import free_port, free_port_block
 
 ACCESS_KEY = "zonefleet-test"
 SECRET_KEY = "zonefleet-test-secret"
 READY_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def venv_binary(name: str) -> str:
@@ -171,7 +165,8 @@ class SeaweedServer(S3Server):
     name = "seaweedfs"
 
     def command(self) -> list[str]:
-        ports = [free_port() for _ in range(7)]
+        first = free_port_block(7)
+        ports = list(range(first, first + 7))
         data = self.dir / "data"
         data.mkdir(exist_ok=True)
         return [
@@ -364,7 +359,6 @@ __all__ = [
     "S3Server",
     "SeaweedServer",
     "fault_proxy",
-    "free_port",
     "moto",
     "raw_client",
     "seaweedfs",

@@ -27,7 +27,7 @@ from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
 from main_broker.object_upload import stream_key
 from shared_wal import WalConfig
-from tests.s3_servers import free_port
+from tests.ports import free_port
 
 HOUR = 3_600_000
 

@@ -17,7 +17,8 @@ from kio.schema.errors import ErrorCode
 from fleet.config import load_fleet_config
 from main_broker.cluster_doc import ClusterDoc, DocFormatError, TopicExists
 from s3_commit import FileObjectStore, PreconditionFailed
-from tests.fleet_process import FleetProcess, free_port_block
+from tests.fleet_process import FleetProcess
+from tests.ports import free_port_block
 from tests.raw_kafka import RawKafka
 from zone_router import group_coordinator, place_partitions
 

@@ -31,7 +31,8 @@ from s3_commit.node_registry import (
     RegistrationFormatError,
     read_registrations,
 )
-from tests.fleet_process import FleetProcess, free_port_block
+from tests.fleet_process import FleetProcess
+from tests.ports import free_port_block
 from tests.s3_servers import SeaweedServer, seaweedfs
 
 __all__ = ["seaweedfs"]  # the fixture, imported so pytest finds it

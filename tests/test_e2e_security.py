@@ -48,7 +48,8 @@ from kio.schema.errors import ErrorCode
 
 from fleet.config import local_fleet_toml
 from s3_commit import FileObjectStore
-from tests.fleet_process import FleetProcess, free_port_block
+from tests.fleet_process import FleetProcess
+from tests.ports import free_port_block
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import ZoneFleet, start_up_fleet, write_zones_toml, zone_client_id
 

@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from fleet import cli
 from fleet.config import local_zones_fleet_toml
-from tests.fleet_process import ZONEFLEET, FleetProcess, free_port_block
+from tests.fleet_process import ZONEFLEET, FleetProcess
+from tests.ports import free_port_block
 
 ZONES = 3
 PORTS = 10 * ZONES + 5  # the documented layout of `up --zones N`: base .. base+10N+4

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import tomllib
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from fleet.config import (
     parse_fleet_config,
 )
 from fleet.zone_discovery import discover_zone, discover_zone_blocking
+from tests.ports import free_port
 
 SECRET = "s3cret-" + "x" * 40
 
@@ -269,10 +269,7 @@ def imds() -> Iterator[FakeImds]:
 @pytest.fixture
 def dead_url() -> str:
     """A loopback URL where nothing listens."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 async def test_discover_zone_speaks_imdsv2(imds: FakeImds) -> None:

@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.fleet_process import FleetProcess, free_port_block
+from tests.fleet_process import FleetProcess
+from tests.ports import free_port_block
 
 ZONES = 3
 PORTS = 10 * ZONES + 5

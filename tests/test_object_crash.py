@@ -30,7 +30,8 @@ from s3_commit.manifest import Manifest, manifest_key
 from s3_commit.manifest_store import sweep_orphans
 from s3_commit.object_plan import DATA_PREFIX
 from telemetry.pause_points import PAUSE_ENV
-from tests.s3_servers import SeaweedServer, free_port, seaweedfs
+from tests.ports import free_port
+from tests.s3_servers import SeaweedServer, seaweedfs
 from tests.zone_fleet import NodeProcess
 
 __all__ = ["seaweedfs"]  # the fixture, imported so pytest finds it

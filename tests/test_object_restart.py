@@ -18,7 +18,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from fleet.config import FleetConfig, load_fleet_config, local_fleet_toml
-from tests.fleet_process import FleetProcess, free_port_block
+from tests.fleet_process import FleetProcess
+from tests.ports import free_port_block
 from tests.zone_fleet import (
     Record,
     ZoneFleet,

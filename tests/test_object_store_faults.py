@@ -10,12 +10,12 @@ import pytest
 from s3_commit import ConditionalPutUnknown, ObjectStoreError, PreconditionFailed
 from s3_commit.retry import RetryPolicy
 from s3_commit.s3_store import MIN_PART_SIZE, S3ObjectStore
+from tests.ports import free_port
 from tests.s3_servers import (
     Fault,
     FaultProxy,
     MotoServer,
     fault_proxy,
-    free_port,
     moto,
     raw_client,
 )

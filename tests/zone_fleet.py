@@ -40,9 +40,9 @@ from kafka import TopicPartition as KafkaTopicPartition
 from fleet.config import FleetConfig, load_fleet_config, local_zones_fleet_toml
 from main_broker.config import BrokerConfig
 from shared_wal import WalConfig
-from tests.fleet_process import ZONEFLEET, FleetProcess, free_port_block
+from tests.fleet_process import ZONEFLEET, FleetProcess
+from tests.ports import free_port, free_port_block
 from tests.raw_kafka import RawKafka
-from tests.s3_servers import free_port
 
 ZONES = 3
 # `up --zones N` uses ports up to base+10*N+4; keep a margin.
