@@ -77,6 +77,14 @@ class MirrorPartition:
         self.leader_epoch, self.high_watermark, self.last_stable_offset = epoch, hw, lso
         self.log_start_offset, self.next_offset = log_start, leo
 
+    def take_over(self, start: int) -> None:
+        """The main took the partition over from another main (a `takeover` record in its
+        WAL): as its own log (PartitionLog.reset_for_takeover), the mirror's restarts at
+        `start`, where the adopted objects end, and the taken-over batches follow. Batches of
+        an earlier time the main led the partition must go: they would sit below a gap in the
+        index, and a fetch from them ran on across it, skipping every offset in between."""
+        self.index = BatchIndex(start)
+
     def link_objects(self, stream: StreamManifest | None, stream_id: int) -> None:
         self.objects, self.stream_id = stream, stream_id
         self._drop_uploaded()
@@ -361,13 +369,17 @@ class MainMirror:
             return None
 
     def _apply_record(self, record: WalRecord, prefetched: dict[WalPosition, bytearray]) -> None:
-        if record.type not in (RecordType.DATA, RecordType.LINK):
-            return
         header = record.header
+        takeover = record.type == RecordType.CONTROL and header.get("k") == "takeover"
+        if record.type not in (RecordType.DATA, RecordType.LINK) and not takeover:
+            return
         topic = self.topics.get(header["t"])
         if topic is None or header["p"] >= len(topic.partitions):
             return
         part = topic.partitions[header["p"]]
+        if takeover:
+            part.take_over(header["s"])
+            return
         base, last = header["b"], header["l"]
         if base < part.index.end_offset:
             return  # replayed after a snapshot, or already tailed

@@ -75,9 +75,9 @@ class RawKafka:
         offset: int = resp.topics[0].partitions[0].offset
         return offset
 
-    def fetch(self, topic: str, offsets: dict[int, int]) -> dict[int, Any]:
-        """Fetch v12 (no wait, 64 KiB a partition) from `offsets` (partition -> fetch offset):
-        the response's partitions by index."""
+    def fetch(self, topic: str, offsets: dict[int, int], leader_epoch: int = -1) -> dict[int, Any]:
+        """Fetch v12 (no wait, 64 KiB a partition) from `offsets` (partition -> fetch offset),
+        naming `leader_epoch` as the current one: the response's partitions by index."""
         resp = self.request(
             1,
             12,
@@ -95,7 +95,7 @@ class RawKafka:
                         "partitions": [
                             {
                                 "partition": p,
-                                "current_leader_epoch": -1,
+                                "current_leader_epoch": leader_epoch,
                                 "fetch_offset": offset,
                                 "last_fetched_epoch": -1,
                                 "log_start_offset": -1,

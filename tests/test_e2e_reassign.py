@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, ElectionType, KafkaError, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, KafkaError, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka import TopicPartition
@@ -34,6 +34,7 @@ from tests.zone_fleet import (
     ZoneFleet,
     check_exactly_once_in_order,
     consume_confluent,
+    consume_partition,
     create_topic,
     produce_confluent,
     raw_metadata,
@@ -181,6 +182,7 @@ class _Load:
         self.acked: list[bytes] = []
         self.failed: list[Any] = []
         self.consumed: list[tuple[int, bytes]] = []
+        self.errors: list[Any] = []  # the consumer's, other than EOF (it stops at the first)
         self.stop = threading.Event()
         self.produced = threading.Event()
         self.threads = [
@@ -242,7 +244,9 @@ class _Load:
                         if caught_up or time.monotonic() - idle_since > 20:
                             return
                     continue
-                assert error is None, error
+                if error is not None:
+                    self.errors.append(error)
+                    return
                 idle_since = None
                 self.consumed.append((msg.offset(), msg.value()))
         finally:
@@ -259,9 +263,41 @@ class _Load:
         seen: dict[bytes, int] = {}
         twice = [(seen[v], o, v) for o, v in self.consumed if seen.setdefault(v, o) != o]
         assert not twice, f"{len(twice)} records consumed twice, e.g. {twice[:3]}"
-        assert set(values) == set(self.acked), (len(set(self.acked) - set(values)), len(self.acked))
+        unread = len(set(self.acked) - set(values))
+        assert not unread and not self.errors, self._left_behind(unread)
+        assert set(values) == set(self.acked), "consumed records that were never acknowledged"
         offsets = [o for o, _ in self.consumed]
         assert offsets == list(range(len(offsets))), "offsets not dense from 0"
+
+    def _left_behind(self, unread: int) -> str:
+        """Tells a read path that stalls from records that are gone: the consumer's next offset
+        fetched raw (error, HW, log start, bytes) and the partition read again from the start
+        by a fresh consumer, from the leading main and through each zone's proxy."""
+        at = self.consumed[-1][0] + 1 if self.consumed else 0
+        leader, epoch = _leader(self.fleet, self.topic, 0)
+        main = next(m for m in self.fleet.config.mains if m.broker.node_id == leader)
+        handoff = _status(self.fleet, leader)["cluster"]["reassignment"]
+        lines = [
+            f"{unread} of {len(self.acked)} acknowledged records unread; the consumer stopped "
+            f"at {at} (errors {self.errors[:3]}); leader {leader} epoch {epoch}: {handoff}"
+        ]
+        targets = [(f"main {leader}", f"{main.broker.host}:{main.broker.port}", main.broker.zone)]
+        targets += [(f"proxy {z}", self.fleet.bootstrap(z), z) for z in self.fleet.zones]
+        for name, bootstrap, zone in targets:
+            raw = RawKafka(bootstrap)
+            try:
+                got = raw.fetch(self.topic, {0: at}, epoch)[0]
+            finally:
+                raw.close()
+            read = consume_partition(
+                bootstrap, self.topic, OFFSET_BEGINNING, len(self.acked), zone_client_id(zone)
+            )
+            lines.append(
+                f"{name}: at {at} error {got.error_code} hw {got.high_watermark} log start "
+                f"{got.log_start_offset} {len(got.records or b'')} B; read again: {len(read)} "
+                f"records, last offset {read[-1][0] if read else None}"
+            )
+        return "\n".join(lines)
 
 
 def _move(fleet: ZoneFleet, topic: str, target: int) -> float:
@@ -376,9 +412,10 @@ def test_move_under_load(running: dict[str, Any]) -> None:
     _MOVED[topic] = (target, len(load.acked))
 
 
-def test_move_there_and_back_under_load(fleet: ZoneFleet) -> None:
+def test_move_there_and_back_under_load(running: dict[str, Any]) -> None:
     """A→B→C→A: each target takes over a log that a takeover started (its WAL's takeover
     record), and A gets back a partition whose old copy it still holds."""
+    fleet: ZoneFleet = running["fleet"]
     topic = f"back-{uuid.uuid4().hex[:8]}"
     create_topic(fleet, "az1", topic, 1)
     a, _ = _leader(fleet, topic, 0)
@@ -394,7 +431,13 @@ def test_move_there_and_back_under_load(fleet: ZoneFleet) -> None:
         time.sleep(2)
         counts.append(len(load.acked))
     finally:
-        load.finish()
+        try:
+            load.finish()
+        except AssertionError:
+            # The fleet's account of the moves and whatever it warned of meanwhile.
+            output = running["proc"].output
+            print("".join(x for x in output if topic in x or "WARNING" in x or "ERROR" in x))
+            raise
     assert counts == sorted(set(counts)), counts  # produce went on between the moves
 
 
