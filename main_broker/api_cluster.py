@@ -40,6 +40,14 @@ def _controller_id(broker: MainBroker) -> int:
     return broker.config.node_id
 
 
+# Kafka's own topics. zonefleet keeps group offsets in its WAL and has no transactions or
+# share groups, so a client asking for one of these (a UI looking for __consumer_offsets) is
+# told it does not exist, not given an ordinary topic of that name.
+KAFKA_INTERNAL_TOPICS = frozenset(
+    {"__consumer_offsets", "__transaction_state", "__share_group_state"}
+)
+
+
 def _topic_ids_refused(version: int, requested: Any) -> dict[str, Any] | None:
     """Kafka's answer to a v10/v11 request naming a topic by id or without a name: v10 and
     v11 carry the fields but Kafka refuses them (InvalidRequestException in the handler), and
@@ -86,25 +94,31 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
         for topic_name in names:
             topics_out.append(topic_metadata(broker, topic_name))
     else:
+        answered: set[str] = set()
+        unknown_ids: set[uuid.UUID] = set()
         for item in requested:
             name = getattr(item, "name", None)
             topic_id = getattr(item, "topic_id", None)
             if name is None and topic_id is not None:
                 state = store.topics_by_id.get(topic_id.bytes)
                 if state is None:
-                    topics_out.append(
-                        {
-                            "error_code": ErrorCode.unknown_topic_id,
-                            "name": None,
-                            "topic_id": topic_id,
-                            "partitions": [],
-                        }
-                    )
+                    if topic_id not in unknown_ids:
+                        unknown_ids.add(topic_id)
+                        topics_out.append(
+                            {
+                                "error_code": ErrorCode.unknown_topic_id,
+                                "name": None,
+                                "topic_id": topic_id,
+                                "partitions": [],
+                            }
+                        )
                     continue
                 name = state.name
-            if name is None:
-                continue
-            if name not in store.topics and allow_auto and topic_name_error(name) is None:
+            if name is None or name in answered:
+                continue  # Kafka answers each topic once however often it is named
+            answered.add(name)
+            creatable = topic_name_error(name) is None and name not in KAFKA_INTERNAL_TOPICS
+            if name not in store.topics and allow_auto and creatable:
                 await broker.auto_create_topic(name)
             if name in store.topics:
                 topics_out.append(topic_metadata(broker, name))
@@ -114,7 +128,14 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
                     if topic_name_error(name)
                     else ErrorCode.unknown_topic_or_partition
                 )
-                topics_out.append({"error_code": code, "name": name, "partitions": []})
+                topics_out.append(
+                    {
+                        "error_code": code,
+                        "name": name,
+                        "is_internal": name in KAFKA_INTERNAL_TOPICS,
+                        "partitions": [],
+                    }
+                )
     return {
         "brokers": _broker_entries(broker),
         "cluster_id": broker.config.cluster_id,

@@ -523,6 +523,7 @@ def test_metadata_v10_v11_by_topic_id_gets_invalid_request(fleet: Fleet, version
             (ErrorCode.invalid_request, topic, None),
         ]
         assert all(t.partitions == () for t in response.topics)
+        assert response.brokers == ()  # as Kafka's error response, through a proxy too
     for response in _both(fleet, 3, version, {"topics": [{"name": None, "topic_id": None}]}):
         assert [(t.error_code, t.name) for t in response.topics] == [
             (ErrorCode.invalid_request, "")
@@ -534,6 +535,30 @@ def test_metadata_v10_v11_by_topic_id_gets_invalid_request(fleet: Fleet, version
         assert [(t.error_code, t.name) for t in response.topics] == [
             (ErrorCode.unknown_topic_id, None)
         ]
+
+
+def test_metadata_answers_each_topic_once_and_creates_no_kafka_internal_topic(
+    fleet: Fleet,
+) -> None:
+    # Kafka reads the requested names and ids as sets; a repeated one got a row each. And a
+    # Metadata request with auto-creation made an ordinary topic named __consumer_offsets,
+    # which zonefleet has no use for (group offsets live in the WAL).
+    topic = f"once-{uuid.uuid4().hex[:6]}"
+    create_topic(fleet.zones, "az1", topic, 2)
+    [described] = _both(fleet, 3, 12, {"topics": [{"name": topic}]})[1].topics
+    missing = uuid.uuid4()
+    by_id = [{"name": None, "topic_id": i} for i in (described.topic_id, missing, missing)]
+    for response in _both(fleet, 3, 12, {"topics": [{"name": topic}, *by_id]}):
+        assert [(t.name, t.error_code) for t in response.topics] == [
+            (topic, ErrorCode.none),
+            (None, ErrorCode.unknown_topic_id),
+        ]
+    for name in ("__consumer_offsets", "__transaction_state"):
+        request = {"topics": [{"name": name}, {"name": name}], "allow_auto_topic_creation": True}
+        for response in _both(fleet, 3, 12, request):
+            assert [(t.name, t.error_code, t.is_internal) for t in response.topics] == [
+                (name, ErrorCode.unknown_topic_or_partition, True)
+            ]
 
 
 def test_delete_topics_by_name_and_id_at_once_gets_invalid_request(fleet: Fleet) -> None:

@@ -116,6 +116,19 @@ def test_client_in_zone_sees_only_its_zone(zone: str) -> None:
     assert result.data["cluster_id"] == "zf"
 
 
+def test_an_answer_without_brokers_stays_without_brokers() -> None:
+    # The main's error answer to a refused Metadata request (topic ids before v12) lists no
+    # brokers, as Kafka's does; the proxy must not add its zone's.
+    refused = {
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": -1,
+        "topics": [{"error_code": 42, "name": "", "topic_id": TOPIC_ID, "partitions": []}],
+    }
+    for zone in (A, None):
+        assert rewrite_metadata(refused, zone, topology()).data == refused
+
+
 def test_controller_in_zone_is_kept_and_rewrite_is_idempotent() -> None:
     once = rewrite_metadata(metadata(), B, topology())
     assert brokers(once.data) == [(2, "m2.b", 9002, B), (102, "p2.b", 9102, B)]

@@ -141,6 +141,10 @@ def rewrite_metadata(
     without it, the response's own ``leader_id`` is taken as the owner.
     """
     view = client_view(client_zone, topology)
+    if not data.get("brokers"):
+        # Only a refused request is answered with no brokers (Kafka's error response, e.g.
+        # to topic ids before v12); it stays as it is, with no brokers for the client to use.
+        return RewriteResult(dict(data), view.fallback_cross_zone, view.mode)
     topics = _rewrite_topics(view, data.get("topics", ()), partition_owner)
     out = {**data, "brokers": _broker_dicts(view, data.get("brokers", ()), "node_id")}
     if "topics" in data:
