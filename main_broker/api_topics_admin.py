@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from main_broker.append import may_append
-from main_broker.cluster_doc import TopicExists, UnknownTopic
+from main_broker.cluster_doc import PartitionCountChanged, TopicExists, UnknownTopic
 from main_broker.config_changes import ConfigChangeError, replace_topic_configs, topic_entries
 from main_broker.partition_log import leader_error
 
@@ -312,8 +312,10 @@ async def create_partitions(broker: MainBroker, ctx: RequestContext, req: Any) -
                 error_code=ErrorCode.unknown_topic_or_partition,
                 error_message=f"The topic '{name}' does not exist.",
             )
-        except ValueError as exc:  # another client grew it meanwhile
-            result.update(error_code=ErrorCode.invalid_partitions, error_message=str(exc))
+        except PartitionCountChanged as exc:  # another client grew it meanwhile
+            error = create_partitions_error(name, exc.current, topic.count, assignments)
+            error = error or (ErrorCode.invalid_partitions, str(exc))
+            result.update(error_code=error[0], error_message=error[1])
         else:
             log.info(
                 "topic %s grew to %d partitions",

@@ -40,7 +40,7 @@ from main_broker import (
 from main_broker.accounting import MainTraffic
 from main_broker.api_produce import begin_produce
 from main_broker.api_reassign import REASSIGN_APIS, REASSIGN_HANDLERS
-from main_broker.cluster_doc import UnknownTopic
+from main_broker.cluster_doc import PartitionCountChanged, UnknownTopic
 from main_broker.cluster_role import ClusterRole, TopicExists
 from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
@@ -415,7 +415,7 @@ class MainBroker:
         self, name: str, count: int, preferred: list[int] | None = None
     ) -> None:
         """Grow the topic to `count` partitions (`preferred`: a leader wish per new one); may
-        raise UnknownTopic or ValueError."""
+        raise UnknownTopic or PartitionCountChanged."""
         if self.cluster is not None:
             await self.cluster.create_partitions(name, count, preferred)
         else:
@@ -423,7 +423,7 @@ class MainBroker:
             if state is None:
                 raise UnknownTopic(name)
             if count <= len(state.partitions):
-                raise ValueError(f"topic {name} has {len(state.partitions)} partitions")
+                raise PartitionCountChanged(name, len(state.partitions))
             await self.store.add_partitions(name, count)
         self.on_partitions_changed()
 

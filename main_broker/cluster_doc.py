@@ -40,6 +40,15 @@ class UnknownTopic(Exception):
     pass
 
 
+class PartitionCountChanged(ValueError):
+    """CreatePartitions met a topic whose count is not what the request was checked
+    against (another client grew it meanwhile): `current` is the count it has."""
+
+    def __init__(self, name: str, current: int) -> None:
+        super().__init__(f"topic {name} has {current} partitions")
+        self.current = current
+
+
 @dataclass(frozen=True)
 class TopicMeta:
     topic_id: bytes
@@ -139,8 +148,8 @@ class ClusterDoc:
         if meta is None:
             raise UnknownTopic(name)
         current = len(meta.leaders)
-        if count <= current:
-            raise ValueError(f"topic {name} has {current} partitions, not fewer than {count}")
+        if count <= current or (preferred is not None and len(preferred) != count - current):
+            raise PartitionCountChanged(name, current)
         added = place_partitions(name, count - current, mains, first=current)
         if preferred is not None:
             added = [p if p in mains else a for p, a in zip(preferred, added, strict=True)]

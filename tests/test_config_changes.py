@@ -15,7 +15,7 @@ from main_broker.api_topics_admin import (
     partitions_error,
     replication_error,
 )
-from main_broker.cluster_doc import ClusterDoc, UnknownTopic
+from main_broker.cluster_doc import ClusterDoc, PartitionCountChanged, UnknownTopic
 from main_broker.config_changes import (
     OP_APPEND,
     OP_DELETE,
@@ -255,6 +255,16 @@ def test_cluster_doc_grows_a_topic_and_changes_its_configs() -> None:
     # Preferred leaders: a main is taken, any other node id falls back to the placement.
     wished = doc.with_partitions("t", 4, mains, [3, 101])
     assert wished.topics["t"].leaders[2:] == (3, place_partitions("t", 4, mains)[3])
+    # Grown by another client after the request was checked: the count it now has, so the
+    # handler answers as Kafka would have with that count.
+    for count, wish in ((5, None), (6, [1, 2, 3])):
+        with pytest.raises(PartitionCountChanged) as changed_count:
+            grown.with_partitions("t", count, mains, wish)
+        assert changed_count.value.current == 5
+    assert create_partitions_error("t", 5, 6, 3) == (
+        ErrorCode.invalid_replica_assignment,
+        "Attempted to add 1 additional partition(s), but only 3 assignment(s) were specified.",
+    )
 
 
 def test_manual_assignment_rules() -> None:
