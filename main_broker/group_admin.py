@@ -58,7 +58,13 @@ async def delete_groups(
 ) -> dict[str, Any]:
     """DeleteGroups: each group must exist, be coordinated here and have no members."""
     results = []
+    # Kafka checks every named group against the state before the request (its deletions
+    # are applied after), so a group named twice gets the same answer twice.
+    answered: dict[str, int] = {}
     for group_id in group_ids:
+        if group_id in answered:
+            results.append({"group_id": group_id, "error_code": answered[group_id]})
+            continue
         error, _ = _check_group(classic, consumer, group_id)
         if error == NONE and not _is_empty(classic, consumer, group_id):
             error = NON_EMPTY_GROUP
@@ -72,6 +78,7 @@ async def delete_groups(
             except Exception:
                 log.exception("group %s: persisting its deletion failed", group_id)
                 error = COORDINATOR_NOT_AVAILABLE
+        answered[group_id] = error
         results.append({"group_id": group_id, "error_code": error})
     return {"results": results}
 
