@@ -36,6 +36,7 @@ UNSUPPORTED_ASSIGNOR = int(ErrorCode.unsupported_assignor)
 INVALID_REQUEST = int(ErrorCode.invalid_request)
 INVALID_REGULAR_EXPRESSION = int(ErrorCode.invalid_regular_expression)
 STALE_MEMBER_EPOCH = int(ErrorCode.stale_member_epoch)
+UNSUPPORTED_VERSION = int(ErrorCode.unsupported_version)
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
@@ -182,13 +183,19 @@ class ConsumerGroup:
     def subscribed_topics(self) -> set[str]:
         return set(self.subscription_metadata)
 
-    def validate_commit(self, member_id: str, member_epoch: int) -> int:
-        """OffsetCommit/OffsetFetch by a member: its current epoch is its generation."""
+    def validate_commit(
+        self, member_id: str, member_epoch: int, commit_version: int | None = None
+    ) -> int:
+        """OffsetCommit (`commit_version`: its request version) or OffsetFetch by a member:
+        its current epoch is its generation. Kafka's order: the member, then the version (a
+        KIP-848 member commits with v9+), then the epoch."""
         if member_epoch < 0 and not member_id and not self.members:
             return NONE  # an admin or a consumer without group management, on an empty group
         member = self.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID
+        if commit_version is not None and commit_version < 9:
+            return UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
             return STALE_MEMBER_EPOCH
         return NONE

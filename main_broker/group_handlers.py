@@ -214,9 +214,7 @@ async def _offset_commit(
     group = consumer.groups.get(req.group_id) if consumer is not None else None
     if group is not None and coordinator.owns(req.group_id):
         # KIP-848: the member epoch is the generation (STALE_MEMBER_EPOCH when it is not).
-        error = group.validate_commit(req.member_id, generation)
-        if error == NONE and req.member_id and api_version < 9:
-            error = UNSUPPORTED_VERSION
+        error = group.validate_commit(req.member_id, generation, api_version)
         if error != NONE:
             errors = {(topic, partition): error for topic, partition, *_ in offsets}
         else:

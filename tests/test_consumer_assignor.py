@@ -18,6 +18,7 @@ from main_broker.consumer_group import (
     UNKNOWN_MEMBER_ID,
     UNRELEASED_INSTANCE_ID,
     UNSUPPORTED_ASSIGNOR,
+    UNSUPPORTED_VERSION,
     ConsumerGroup,
     HeartbeatInput,
     HeartbeatResult,
@@ -191,6 +192,11 @@ def test_epoch_errors() -> None:
     assert g.validate_commit("B", 2) == NONE
     assert g.validate_commit("B", 1) == STALE_MEMBER_EPOCH
     assert g.validate_commit("Z", 1) == UNKNOWN_MEMBER_ID
+    # OffsetCommit below v9 from a KIP-848 member: refused once the member is known, before
+    # its epoch is looked at (Kafka's order).
+    assert g.validate_commit("B", 1, commit_version=8) == UNSUPPORTED_VERSION
+    assert g.validate_commit("Z", 1, commit_version=8) == UNKNOWN_MEMBER_ID
+    assert g.validate_commit("B", 2, commit_version=9) == NONE
     assert _join(g, "C", server_assignor="nope").error_code == UNSUPPORTED_ASSIGNOR
     assert _join(g, "D", subscribed_topic_regex="(").error_code == INVALID_REGULAR_EXPRESSION
 
