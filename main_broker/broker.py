@@ -46,7 +46,7 @@ from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
 from main_broker.consumer_coordinator import ConsumerCoordinator
 from main_broker.group_coordinator import GroupCoordinator
-from main_broker.group_wiring import consumer_groups
+from main_broker.group_wiring import consumer_groups, persist_membership
 from main_broker.log_store import LogStore
 from main_broker.object_retention import ObjectRetention
 from main_broker.object_tier import ObjectTier
@@ -192,6 +192,7 @@ class MainBroker:
         self.consumer_groups = consumer_groups(cfg.groups, self.coordinator, store)
         store.delete_topic_offsets = self.coordinator.delete_topic_offsets
         store.snapshot_offsets = self._snapshot_offsets
+        self.membership = persist_membership(self.coordinator, store)
         if cfg.object_store_url is not None:
             # Before replay: partitions must know their committed objects as they appear.
             self.objects = await ObjectTier.open(self)
@@ -200,14 +201,16 @@ class MainBroker:
             store.on_topic_deleted = self.retention.topic_deleted
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
+        restored = self.membership.restore(self.coordinator)
         warm_up(self.versions)
         wal.on_segments_deleted = store.on_segments_deleted
         wal.on_group_commit = self._observe_group_commit
         log.info(
-            "recovered %d WAL records, %d topics, %d partitions in %.2fs",
+            "recovered %d WAL records, %d topics, %d partitions, %d classic groups in %.2fs",
             count,
             len(store.topics),
             store.partition_count(),
+            restored,
             time.monotonic() - started,
             extra={"node": cfg.node_id},
         )
@@ -227,6 +230,7 @@ class MainBroker:
                     self.coordinator.owns = self.cluster.owns_group
                     self.consumer_groups.owns = self.cluster.owns_group
                     nursery.start_soon(self.cluster.run)
+                await nursery.start(self.membership.run)
                 await nursery.start(self.coordinator.run)
                 await nursery.start(self.consumer_groups.run)
                 if self.objects is not None:

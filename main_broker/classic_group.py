@@ -23,6 +23,7 @@ MEMBER_ID_REQUIRED = int(ErrorCode.member_id_required)
 GROUP_MAX_SIZE_REACHED = int(ErrorCode.group_max_size_reached)
 FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
 NOT_COORDINATOR = int(ErrorCode.not_coordinator)
+COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
 
 
 class GroupState(enum.Enum):
@@ -140,6 +141,30 @@ class ClassicGroup:
         if self.state is GroupState.COMPLETING_REBALANCE:
             return REBALANCE_IN_PROGRESS
         return NONE
+
+    def hand_out(self, generation: int, given: dict[str, bytes]) -> None:
+        """The leader's assignments for ``generation`` are durable: the group is Stable."""
+        if self.state is not GroupState.COMPLETING_REBALANCE or self.generation != generation:
+            return  # a rebalance began meanwhile and answered the waiting members
+        for m in self.members.values():
+            m.assignment = given.get(m.member_id, b"")
+            if m.sync_reply is not None:
+                m.sync_reply.send(sync_response(NONE, self, m.assignment))
+                m.sync_reply = None
+        self.state = GroupState.STABLE
+        if not self.pending_sync:
+            self.sync_deadline = None
+
+    def refuse_sync(self, generation: int, error: int) -> bool:
+        """``generation`` could not be made durable: answer the waiting SyncGroups with
+        ``error``; True when the group must rebalance."""
+        if self.state is not GroupState.COMPLETING_REBALANCE or self.generation != generation:
+            return False
+        for m in self.members.values():
+            if m.sync_reply is not None:
+                m.sync_reply.send(sync_response(error))
+                m.sync_reply = None
+        return True
 
     def listed(self) -> dict[str, Any]:
         """The group as ListGroups shows it."""

@@ -71,6 +71,7 @@ async def delete_groups(
         if error == NONE:
             # Gone from memory before the await, so nobody joins it meanwhile.
             classic.remove_group(group_id)
+            classic.membership.group_gone(group_id)
             if consumer is not None:
                 consumer.remove_group(group_id)
             try:

@@ -13,6 +13,7 @@ import trio
 
 from main_broker.acl_rules import ResourceType, authorized_operations
 from main_broker.classic_group import (
+    COORDINATOR_NOT_AVAILABLE,
     FENCED_INSTANCE_ID,
     GROUP_MAX_SIZE_REACHED,
     ILLEGAL_GENERATION,
@@ -40,6 +41,7 @@ from main_broker.group_offsets import (
     OffsetTuple,
     commit_response,
 )
+from main_broker.group_persistence import MembershipLog, NoMembershipLog
 
 __all__ = [
     "CommittedOffset",
@@ -63,6 +65,8 @@ class GroupCoordinator:
         self._wakeup = trio.Event()
         self._next_wake = -math.inf  # until run() starts, nobody needs waking
         self.offsets = OffsetTable(store)
+        # Where membership is made durable (main_broker.group_persistence).
+        self.membership: MembershipLog = NoMembershipLog()
         # With several main brokers each group has one coordinator; the others refuse it.
         self.owns: Callable[[str], bool] = lambda group_id: True
         # A KIP-848 consumer group with members holds the id (main_broker.consumer_coordinator).
@@ -131,6 +135,7 @@ class GroupCoordinator:
                 ):
                     g.state = GroupState.DEAD
                     del self._groups[g.group_id]
+                    self.membership.group_gone(g.group_id)
 
     def _on_join_timer(self, g: ClassicGroup, now: float) -> None:
         g.join_deadline = None
@@ -206,6 +211,7 @@ class GroupCoordinator:
         if not g.members:
             g.protocol_name = None
             self._set_empty(g)
+            self.membership.group_changed(g)
             return
         g.protocol_name = g.select_protocol()
         g.state = GroupState.COMPLETING_REBALANCE
@@ -376,7 +382,8 @@ class GroupCoordinator:
     def _add_member_and_rebalance(self, g: ClassicGroup, spec: ClassicMember) -> Reply:
         now = trio.current_time()
         spec.session_deadline = now + self.config.new_member_join_timeout_ms / 1000
-        spec.join_reply = Reply()
+        # Kept here: the rebalance may complete (and clear spec.join_reply) before we return.
+        reply = spec.join_reply = Reply()
         if not g.members:
             g.protocol_type = spec.protocol_type
         if g.state is GroupState.PREPARING_REBALANCE and g.generation == 0:
@@ -388,7 +395,7 @@ class GroupCoordinator:
             g.leader_id = spec.member_id
         self._arm(spec.session_deadline)
         self._maybe_prepare_rebalance(g)
-        return spec.join_reply
+        return reply
 
     def _replace_static_member(
         self, g: ClassicGroup, old: ClassicMember, spec: ClassicMember
@@ -416,6 +423,7 @@ class GroupCoordinator:
         if g.leader_id == old.member_id:
             g.leader_id = spec.member_id
         if g.state is GroupState.STABLE and unchanged:
+            self.membership.group_changed(g)
             # The old leader id is returned so that nobody runs a pointless assignment.
             resp = join_response(NONE, spec.member_id, g)
             resp["leader"] = old_leader or ""
@@ -464,15 +472,15 @@ class GroupCoordinator:
             m.sync_reply.send(sync_response(REBALANCE_IN_PROGRESS))
         reply = m.sync_reply = Reply()
         if member_id == g.leader_id:
-            given = dict(assignments)
-            for other in g.members.values():
-                other.assignment = given.get(other.member_id, b"")
-                if other.sync_reply is not None:
-                    other.sync_reply.send(sync_response(NONE, g, other.assignment))
-                    other.sync_reply = None
-            g.state = GroupState.STABLE
-            if not g.pending_sync:
-                g.sync_deadline = None
+            given, gen = dict(assignments), g.generation
+            try:
+                # Handed out as the generation becomes durable, even if this call is cancelled
+                # meanwhile (a failure nobody sees leaves it to the sync deadline).
+                await self.membership.store_generation(g, given, lambda: g.hand_out(gen, given))
+            except Exception:
+                log.exception("group %s: storing generation %d failed", group_id, gen)
+                if g.refuse_sync(gen, COORDINATOR_NOT_AVAILABLE):
+                    self._maybe_prepare_rebalance(g)
         return await reply.wait()
 
     async def heartbeat(
@@ -569,6 +577,14 @@ class GroupCoordinator:
                 # The group may have expired while the store was persisting; offsets need one.
                 self._ensure_group(group_id)
         return commit_response(errors)
+
+    def adopt(self, g: ClassicGroup) -> None:
+        """A group rebuilt from its durable record (start-up, before serving)."""
+        self._groups[g.group_id] = g
+        if g.state is GroupState.EMPTY:
+            self._set_empty(g)
+        for m in g.members.values():
+            self._arm(m.session_deadline)
 
     def _ensure_group(self, group_id: str) -> None:
         if group_id not in self._groups:

@@ -1,5 +1,6 @@
 """Connects the two group coordinators (classic and KIP-848 consumer groups) to each other and
-to the broker's log store: one group id namespace, one offset table, topic ids for KIP-848."""
+to the broker's log store: one group id namespace, one offset table, topic ids for KIP-848,
+classic group membership on the WAL."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from main_broker.consumer_coordinator import ConsumerCoordinator
 from main_broker.group_config import GroupConfig
 from main_broker.group_coordinator import GroupCoordinator
+from main_broker.group_persistence import WalMembership
 from main_broker.log_store import LogStore
 
 
@@ -37,9 +39,25 @@ def consumer_groups(
     """The KIP-848 coordinator beside ``classic``, sharing its offsets and group ids."""
     consumer = ConsumerCoordinator(config, StoreTopics(store))
     consumer.classic_in_use = classic.in_use
-    consumer.drop_classic = classic.remove_group
+    consumer.drop_classic = lambda group_id: _drop_classic(classic, group_id)
     consumer.has_offsets = classic.offsets.has_offsets
     classic.consumer_in_use = consumer.in_use
     classic.drop_consumer = consumer.remove_group
     store.forget_offsets = classic.forget_offsets
     return consumer
+
+
+def _drop_classic(classic: GroupCoordinator, group_id: str) -> None:
+    if classic.group(group_id) is not None:
+        classic.remove_group(group_id)
+        classic.membership.group_gone(group_id)
+
+
+def persist_membership(classic: GroupCoordinator, store: LogStore) -> WalMembership:
+    """Classic group membership on the store's WAL: replay and snapshots keep it, and
+    ``restore`` (after replay) rebuilds the groups; run its ``run`` in the broker's nursery."""
+    membership = WalMembership(store.wal)
+    classic.membership = membership
+    store.load_group = membership.load
+    store.snapshot_groups = membership.snapshot
+    return membership

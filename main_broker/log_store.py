@@ -105,6 +105,9 @@ class LogStore:
         self.forget_offsets: Callable[[str, list[tuple[str, int]] | None], None] = (
             lambda g, partitions: None
         )
+        # Classic group membership records (main_broker.group_persistence) in and out.
+        self.load_group: Callable[[dict[str, Any]], None] = lambda header: None
+        self.snapshot_groups: Callable[[], dict[str, dict[str, Any]]] = dict
         # Told the id of every topic that leaves the store (main_broker.object_retention
         # removes its streams from the manifest and deletes their objects).
         self.on_topic_deleted: Callable[[bytes], None] = lambda topic_id: None
@@ -419,6 +422,7 @@ class LogStore:
             "pid_next": self._producer_id_limit,
             "offsets": self.snapshot_offsets(),
             "docs": dict(self.documents),
+            "groups": self.snapshot_groups(),
         }
         return wal_records.snapshot_record(body)
 
@@ -432,6 +436,8 @@ class LogStore:
         self.documents = {str(n): bytes(d) for n, d in body.get("docs", {}).items()}
         for group_id, rows in body["offsets"].items():
             self.load_offsets(group_id, [tuple(r) for r in rows])  # type: ignore[misc]
+        for header in body.get("groups", {}).values():
+            self.load_group(header)
 
     def replay(self, records: Iterable[WalRecord]) -> int:
         count = 0
@@ -514,6 +520,8 @@ class LogStore:
             )
         elif kind == "offsets":
             self.load_offsets(header["g"], [tuple(o) for o in header["o"]])  # type: ignore[misc]
+        elif kind == "classic_group":
+            self.load_group(header)
         elif kind == "group_delete":
             self.forget_offsets(header["g"], None)
         elif kind == "offsets_delete":

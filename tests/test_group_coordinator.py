@@ -717,3 +717,24 @@ async def test_handlers_offsets_v1_v8_and_lists(
     )
     assert entity.groups[0].group_state == "Empty"
     assert entity.groups[0].authorized_operations == -2147483648
+
+
+async def test_a_new_member_whose_join_completes_the_rebalance_gets_its_answer(
+    autojump_clock: trio.testing.MockClock, coord: GroupCoordinator
+) -> None:
+    """The leader rejoined first; the new member's join completes the rebalance at once.
+    (Its reply was cleared before it was returned: the join crashed with AttributeError.)"""
+    first = await join_known(coord, "a")
+    assert (await sync(coord, first, [(first["member_id"], b"A")]))["assignment"] == b"A"
+    b_id = (await join(coord, client="b"))["member_id"]
+    results: dict[str, dict[str, Any]] = {}
+
+    async def rejoin_a() -> None:
+        results["a"] = await join(coord, first["member_id"], client="a")
+
+    async with trio.open_nursery() as n:
+        n.start_soon(rejoin_a)
+        await trio.testing.wait_all_tasks_blocked()
+        results["b"] = await join(coord, b_id, client="b")
+    assert results["a"]["generation_id"] == results["b"]["generation_id"] == 2
+    assert results["b"]["error_code"] == E_NONE
