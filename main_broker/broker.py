@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -164,6 +165,8 @@ class MainBroker:
         self.rpc_port: int | None = None
         self.cluster: ClusterRole | None = None
         self._state_subscribers: Counter[int] = Counter()
+        self._proxies_subscribed: set[int] = set()
+        self._proxy_grace_until = -math.inf
         self.zone_view = MainZoneView(config)
         self.store: LogStore
         self.objects: ObjectTier | None = None
@@ -239,6 +242,9 @@ class MainBroker:
                     nursery.start_soon(self.retention.run)
                 if cfg.rpc_port is not None:
                     self.rpc_port = await nursery.start(self._serve_rpc)
+                self._proxy_grace_until = trio.current_time() + cfg.proxy_resubscribe_grace_s
+                self.zone_view.set_live_proxies(self._live_proxies())
+                nursery.start_soon(self._end_proxy_grace)
                 listeners = await nursery.start(
                     partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
                 )
@@ -295,6 +301,7 @@ class MainBroker:
     ) -> None:
         # A zone proxy is live for this main while it holds a state subscription.
         self._state_subscribers[peer.node_id] += 1
+        self._proxies_subscribed.add(peer.node_id)
         self.zone_view.set_live_proxies(self._live_proxies())
         try:
             await publish_state(self.store, self.config.node_id, send)
@@ -303,7 +310,15 @@ class MainBroker:
             self.zone_view.set_live_proxies(self._live_proxies())
 
     def _live_proxies(self) -> list[int]:
-        return [node for node, count in self._state_subscribers.items() if count > 0]
+        live = {node for node, count in self._state_subscribers.items() if count > 0}
+        if trio.current_time() < self._proxy_grace_until:
+            # Just started: a proxy not heard from yet is on its way back, not gone.
+            live |= {p.node_id for p in self.config.zone_proxies} - self._proxies_subscribed
+        return sorted(live)
+
+    async def _end_proxy_grace(self) -> None:
+        await trio.sleep_until(self._proxy_grace_until)
+        self.zone_view.set_live_proxies(self._live_proxies())
 
     async def _rpc_relay(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         """A Kafka request a proxy relays for one of its clients; answers the response frame."""

@@ -51,6 +51,10 @@ class BrokerConfig:
     # The zone proxies: a client that connects straight to a main still gets the view of its
     # zone (its zone's main and proxy only) in Metadata, FindCoordinator and DescribeCluster.
     zone_proxies: list[Node] = field(default_factory=list)
+    # After this main starts serving, a zone proxy that has not subscribed yet still counts as
+    # live this long: the proxies of before re-subscribe within their 2 s backoff, and until
+    # then their zones' clients would be sent to every main (cross-zone) for a moment.
+    proxy_resubscribe_grace_s: float = 10.0
     auto_create_topics: bool = True
     num_partitions: int = 1
     max_request_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes

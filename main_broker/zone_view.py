@@ -11,7 +11,9 @@ real leader.
 
 A zone whose proxy has no state subscription to this main is taken to have no live proxy: its
 clients get the real mains (the fallback, whose traffic the accounting books as cross-zone)
-until the proxy subscribes again. Liveness is per main, from its own subscribers.
+until the proxy subscribes again. Liveness is per main, from its own subscribers; a main that
+has just started counts the proxies it has not heard from yet as live for
+`proxy_resubscribe_grace_s`, the time they take to re-subscribe after its restart.
 
 KIP-392 ``preferred_read_replica`` is left unset: an untagged client is put in this main's zone,
 so no direct client is of unknown zone, and a client follows a preferred replica only when its

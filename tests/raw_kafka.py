@@ -10,7 +10,8 @@ from kafka_wire.codec import build_request, decode_response, encode_request
 
 
 class RawKafka:
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "raw-test") -> None:
+        self.client_id = client_id
         host, _, port = bootstrap.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.correlation_id = 0
@@ -43,7 +44,7 @@ class RawKafka:
     def request(self, api_key: int, version: int, data: dict[str, Any]) -> Any:
         self.correlation_id += 1
         req = build_request(api_key, version, data)
-        self.send_frame(encode_request(api_key, version, self.correlation_id, "raw-test", req))
+        self.send_frame(encode_request(api_key, version, self.correlation_id, self.client_id, req))
         frame = self.recv_frame()
         assert frame is not None, "connection closed"
         cid, resp = decode_response(api_key, version, frame)

@@ -72,3 +72,25 @@ async def test_a_zone_without_its_proxy_falls_back_to_the_mains(tmp_path: Path) 
         await _until_live(main1, {101, 102})
         assert await _brokers_seen(main1, "zone=az2") == {2, 102}
         nursery.cancel_scope.cancel()
+
+
+async def test_a_started_main_waits_for_its_proxies_before_falling_back(tmp_path: Path) -> None:
+    # A restarted main heard from no proxy yet; it showed every zone's clients the real mains
+    # until the proxies re-subscribed (about a second), which sent them cross-zone and made
+    # librdkafka create and then destroy broker handles under running admin requests.
+    _, config = write_zones_toml(tmp_path / "fleet", zones=2)
+    for m in config.mains:
+        m.broker.proxy_resubscribe_grace_s = 1.5
+    mains = {m.broker.node_id: MainBroker(m.broker) for m in config.mains}
+    async with trio.open_nursery() as nursery:
+        for main in mains.values():
+            await nursery.start(main.run)
+        main1 = mains[1]
+        assert await _brokers_seen(main1, "zone=az2") == {2, 102}  # no proxy yet: on its way
+        await _until_live(main1, set())  # the grace is over and no proxy came
+        assert await _brokers_seen(main1, "zone=az2") == {1, 2}
+        proxy = next(p.proxy for p in config.proxies if p.proxy.node_id == 102)
+        await nursery.start(ProxyBroker(proxy).run)
+        await _until_live(main1, {102})
+        assert await _brokers_seen(main1, "zone=az2") == {2, 102}
+        nursery.cancel_scope.cancel()
