@@ -579,12 +579,8 @@ class GroupCoordinator:
         return commit_response(errors)
 
     def adopt(self, g: ClassicGroup) -> None:
-        """A group rebuilt from its durable record (start-up, before serving)."""
+        """A group rebuilt from its durable record (start-up, before ``run``: no arming)."""
         self._groups[g.group_id] = g
-        if g.state is GroupState.EMPTY:
-            self._set_empty(g)
-        for m in g.members.values():
-            self._arm(m.session_deadline)
 
     def _ensure_group(self, group_id: str) -> None:
         if group_id not in self._groups:

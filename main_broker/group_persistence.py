@@ -101,8 +101,9 @@ class WalMembership:
         """Rebuild every recorded group in the coordinator (start-up, after replay, on the
         event loop: sessions start now); returns how many."""
         now = trio.current_time()
+        retention_s = coordinator.config.empty_group_retention_ms / 1000
         for header in self.durable.values():
-            coordinator.adopt(rebuild_group(decode_group(header), now))
+            coordinator.adopt(rebuild_group(decode_group(header), now, retention_s))
         return len(self.durable)
 
     # -- writing ------------------------------------------------------------------------------

@@ -124,14 +124,16 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def rebuild_group(record: GroupRecord, now: float) -> ClassicGroup:
+def rebuild_group(record: GroupRecord, now: float, empty_retention_s: float) -> ClassicGroup:
     """The group a restarted coordinator serves: Stable with the stored members, each member's
     session starting ``now`` (one that died meanwhile expires after its session timeout, and
-    a rebalance follows); or Empty with its generation. Not for a Dead record."""
+    a rebalance follows); or Empty with its generation, kept ``empty_retention_s`` (unless it
+    has offsets) as a group that just emptied. Not for a Dead record."""
     if record.state is GroupState.DEAD:
         raise ValueError("a Dead group is not rebuilt")
     g = ClassicGroup(record.group_id, state=record.state, generation=record.generation)
     if record.state is GroupState.EMPTY:
+        g.empty_deadline = now + empty_retention_s
         return g
     g.protocol_type = record.protocol_type
     g.protocol_name = record.protocol_name

@@ -40,7 +40,9 @@ class Main:
 
 
 @asynccontextmanager
-async def running_main(url: str, config: WalConfig | None = None) -> AsyncIterator[Main]:
+async def running_main(
+    url: str, config: WalConfig | None = None, groups: GroupConfig = CONFIG
+) -> AsyncIterator[Main]:
     """A main's WAL, log store and classic coordinator wired as the broker wires them,
     recovered from whatever the WAL at ``url`` holds; the WAL is closed on exit."""
     fs = open_wal_fs(url)
@@ -50,7 +52,7 @@ async def running_main(url: str, config: WalConfig | None = None) -> AsyncIterat
     )
     store = LogStore(wal, WalReader(fs, "main-1"), 1 << 20, {})
     holder.append(store)
-    coord = GroupCoordinator(CONFIG, _OffsetStore(store))
+    coord = GroupCoordinator(groups, _OffsetStore(store))
     store.load_offsets = coord.load_offsets
     persist_membership(coord, store)
     store.replay(wal.replay())
@@ -235,6 +237,21 @@ async def test_empty_and_deleted_groups(tmp_path: Path) -> None:
         assert g.generation == leader["generation_id"] + 1  # Kafka bumps it as the group empties
         resp = await group_admin.delete_groups(main.coord, None, ["g"])
         assert resp["results"][0]["error_code"] == NONE
+    async with running_main(url) as main:
+        assert main.restored == 0 and main.coord.group("g") is None
+
+
+async def test_an_empty_group_without_offsets_expires_after_a_restart_too(tmp_path: Path) -> None:
+    url = f"osfs://{tmp_path}"
+    async with running_main(url) as main:
+        leader, follower = await stable_pair(main.coord)
+        for member in (leader, follower):
+            await main.coord.leave_group(group_id="g", members=[(member["member_id"], None)])
+    short = GroupConfig(group_min_session_timeout_ms=100, empty_group_retention_ms=300)
+    async with running_main(url, groups=short) as main:
+        assert main.restored == 1
+        await trio.sleep(0.6)
+        assert main.coord.group("g") is None  # forgotten, and recorded as gone
     async with running_main(url) as main:
         assert main.restored == 0 and main.coord.group("g") is None
 

@@ -126,7 +126,7 @@ def test_rebuilt_stable_group_keeps_generation_members_and_static_ids() -> None:
     two = _stable()
     two.members["b-2"] = _member("b-2", None, "b", b"\x03")
     record = decode_group(group_header(two))
-    g = rebuild_group(record, now=100.0)
+    g = rebuild_group(record, now=100.0, empty_retention_s=600.0)
     assert (g.state, g.generation, g.protocol_type, g.protocol_name, g.leader_id) == (
         GroupState.STABLE,
         3,
@@ -149,6 +149,7 @@ def test_rebuilt_stable_group_keeps_generation_members_and_static_ids() -> None:
     assert a.session_deadline == b.session_deadline == 110.0
     assert not a.is_new and a.join_reply is None and a.sync_reply is None
     assert not g.pending_sync and g.join_deadline is None and g.sync_deadline is None
+    assert g.empty_deadline is None
     # What DescribeGroups shows is what the group showed before.
     assert g.described() == two.described()
     # Members of before may commit with the generation of before.
@@ -157,10 +158,11 @@ def test_rebuilt_stable_group_keeps_generation_members_and_static_ids() -> None:
 
 
 def test_rebuilt_empty_group_and_a_leader_that_is_not_a_member() -> None:
-    g = rebuild_group(GroupRecord("e", GroupState.EMPTY, generation=9), now=5.0)
+    g = rebuild_group(GroupRecord("e", GroupState.EMPTY, generation=9), 5.0, 600.0)
     assert (g.state, g.generation, g.members, g.protocol_name) == (GroupState.EMPTY, 9, {}, None)
+    assert g.empty_deadline == 605.0  # forgotten as a group that just emptied, unless offsets
     header = group_header(_stable())
     header["l"] = "someone-else"
-    assert rebuild_group(decode_group(header), now=0.0).leader_id == "a-1"
+    assert rebuild_group(decode_group(header), 0.0, 600.0).leader_id == "a-1"
     with pytest.raises(ValueError):
-        rebuild_group(GroupRecord("d", GroupState.DEAD), now=0.0)
+        rebuild_group(GroupRecord("d", GroupState.DEAD), 0.0, 600.0)
