@@ -55,9 +55,9 @@ def fleet_proc(
         yield running
 
 
-def _members(fleet: ZoneFleet, group: str) -> tuple[str, dict[str, tuple[str, bytes]]]:
-    """(state, member id -> (client id, assignment)) as DescribeGroups on the coordinating
-    main shows."""
+def _members(fleet: ZoneFleet, group: str) -> tuple[str, dict[str, tuple[str, str | None, bytes]]]:
+    """(state, member id -> (client id, group instance id, assignment)) as DescribeGroups on
+    the coordinating main shows."""
     raw = RawKafka(main_bootstraps(fleet)[coordinator_of(fleet, group)])
     try:
         resp = raw.request(15, 5, {"groups": [group], "include_authorized_operations": False})
@@ -66,7 +66,8 @@ def _members(fleet: ZoneFleet, group: str) -> tuple[str, dict[str, tuple[str, by
     (g,) = resp.groups
     assert g.error_code == ErrorCode.none
     return g.group_state, {
-        m.member_id: (m.client_id, bytes(m.member_assignment)) for m in g.members
+        m.member_id: (m.client_id, m.group_instance_id, bytes(m.member_assignment))
+        for m in g.members
     }
 
 
@@ -104,8 +105,9 @@ def _restart_coordinator(proc: FleetProcess, fleet: ZoneFleet, group: str) -> fl
     return time.monotonic()
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 def test_confluent_members_keep_their_generation_and_assignment(
-    fleet_proc: tuple[FleetProcess, ZoneFleet],
+    fleet_proc: tuple[FleetProcess, ZoneFleet], static: bool
 ) -> None:
     proc, fleet = fleet_proc
     topic, group = unique_name("gr"), unique_name("gr")
@@ -120,6 +122,8 @@ def test_confluent_members_keep_their_generation_and_assignment(
             [topic],
             events,
             **{"session.timeout.ms": SESSION_MS},
+            # KIP-345 static members come back with their instance ids.
+            **({"group.instance.id": f"{group}-{z}"} if static else {}),
         )
         for z in ("az1", "az3")
     ]
@@ -135,6 +139,8 @@ def test_confluent_members_keep_their_generation_and_assignment(
         wait_until(lambda: len(_values(members)) >= 400, 60, lambda: f"{len(_values(members))}")
         state, before = _members(fleet, group)
         assert state == "Stable" and len(before) == 2
+        instances = {i for _, i, _ in before.values()}
+        assert instances == ({f"{group}-az1", f"{group}-az3"} if static else {None})
         generation = _generation(fleet, group, next(iter(before)))
         events_before = list(events)
 
@@ -296,7 +302,7 @@ def test_a_member_that_does_not_come_back_expires_after_its_session(
         )
         state, before = _members(fleet, group)
         assert state == "Stable" and len(before) == 2
-        (survivor_id,) = [m for m, (c, _) in before.items() if c == zone_client_id("az1")]
+        (survivor_id,) = [m for m, (c, _, _) in before.items() if c == zone_client_id("az1")]
         generation = _generation(fleet, group, survivor_id)
         taken = len(events)
 
