@@ -11,8 +11,10 @@ back on replay, and after replay rebuilds the groups in the coordinator.
 When a generation's record cannot be written, the members waiting in SyncGroup get
 COORDINATOR_NOT_AVAILABLE (as from Kafka when it cannot store the group) and the group
 rebalances; the offsets, written by their own records, are not touched. An Empty or Dead
-record that fails is only logged, as Kafka does: after a restart the group comes back as its
-last durable record says, and its members' sessions then expire.
+record, or the record of a static member replaced in a Stable group, that fails is only
+logged: after a restart the group comes back as its last durable record says (a replaced
+static member's old id then; the new one gets UNKNOWN_MEMBER_ID and rejoins with its instance
+id), and members that are gone expire after their session timeout.
 """
 
 from __future__ import annotations
