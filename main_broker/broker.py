@@ -47,7 +47,11 @@ from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
 from main_broker.consumer_coordinator import ConsumerCoordinator
 from main_broker.group_coordinator import GroupCoordinator
-from main_broker.group_wiring import consumer_groups, persist_membership
+from main_broker.group_wiring import (
+    consumer_groups,
+    persist_consumer_groups,
+    persist_membership,
+)
 from main_broker.log_store import LogStore
 from main_broker.object_retention import ObjectRetention
 from main_broker.object_tier import ObjectTier
@@ -196,6 +200,9 @@ class MainBroker:
         store.delete_topic_offsets = self.coordinator.delete_topic_offsets
         store.snapshot_offsets = self._snapshot_offsets
         self.membership = persist_membership(self.coordinator, store)
+        self.consumer_records = persist_consumer_groups(
+            self.consumer_groups, self.membership, store
+        )
         if cfg.object_store_url is not None:
             # Before replay: partitions must know their committed objects as they appear.
             self.objects = await ObjectTier.open(self)
@@ -205,15 +212,18 @@ class MainBroker:
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
         restored = self.membership.restore(self.coordinator)
+        restored_consumer = self.consumer_records.restore(self.consumer_groups)
         warm_up(self.versions)
         wal.on_segments_deleted = store.on_segments_deleted
         wal.on_group_commit = self._observe_group_commit
         log.info(
-            "recovered %d WAL records, %d topics, %d partitions, %d classic groups in %.2fs",
+            "recovered %d WAL records, %d topics, %d partitions, %d classic groups, %d consumer "
+            "groups in %.2fs",
             count,
             len(store.topics),
             store.partition_count(),
             restored,
+            restored_consumer,
             time.monotonic() - started,
             extra={"node": cfg.node_id},
         )
@@ -234,6 +244,7 @@ class MainBroker:
                     self.consumer_groups.owns = self.cluster.owns_group
                     nursery.start_soon(self.cluster.run)
                 await nursery.start(self.membership.run)
+                await nursery.start(self.consumer_records.run)
                 await nursery.start(self.coordinator.run)
                 await nursery.start(self.consumer_groups.run)
                 if self.objects is not None:

@@ -2,8 +2,9 @@
 for every consumer group this broker coordinates, with session and revocation timers.
 
 The group logic is ``consumer_group.ConsumerGroup`` (pure); this module maps requests to it,
-translates topic ids, and fires its deadlines on the trio clock. Membership lives in memory
-only, as for classic groups: after a restart members get UNKNOWN_MEMBER_ID and rejoin.
+translates topic ids, and fires its deadlines on the trio clock. Groups are recorded on the
+WAL (``consumer_persistence``): after a restart members carry on with their epochs and
+partitions.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from main_broker.consumer_group import (
     ConsumerGroup,
     HeartbeatInput,
 )
+from main_broker.consumer_persistence import ConsumerGroupLog, NoConsumerGroupLog
 from main_broker.group_config import GroupConfig
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
 NOT_COORDINATOR = int(ErrorCode.not_coordinator)
 GROUP_ID_NOT_FOUND = int(ErrorCode.group_id_not_found)
 INVALID_REQUEST = int(ErrorCode.invalid_request)
+COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
 MEMBER_TYPE_CONSUMER = 1
 RESTART_MARGIN_S = 1.0
 
@@ -64,14 +67,19 @@ class ConsumerCoordinator:
         self._empty_since: dict[str, float] = {}
         # Whether a group has committed offsets (an empty one with offsets is kept).
         self.has_offsets: Callable[[str], bool] = lambda group_id: False
+        # Where groups are made durable (main_broker.consumer_persistence).
+        self.records: ConsumerGroupLog = NoConsumerGroupLog()
 
     # ------------------------------------------------------------------ timers
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         if self.topics.topic_partition_counts():
-            # A restart (a fresh cluster has no topics yet). Membership is not persisted, and
-            # the members of before keep reading until a heartbeat tells them they are unknown
-            # or, unable to heartbeat, their session runs out: until then new groups hand out
-            # no partitions, or two members could read one partition at once.
+            # A restart (a fresh cluster has no topics yet). The groups restored from the WAL
+            # need no hold: every assignment a member was told is in a durable record. A group
+            # that was not restored may still have members reading (its records predate this
+            # version, or it was coordinated elsewhere when the mains changed): they keep
+            # reading until a heartbeat tells them they are unknown or, unable to heartbeat,
+            # their session runs out; until then such new groups hand out no partitions, or
+            # two members could read one partition at once.
             session_s = self.config.consumer_session_timeout_ms / 1000
             self._hold_until = trio.current_time() + session_s + RESTART_MARGIN_S
         task_status.started()
@@ -82,6 +90,7 @@ class ConsumerCoordinator:
                     gone = group.expire(now, self.topics.topic_partition_counts())
                     if gone:
                         log.info("consumer group %s: members %s expired", group.group_id, gone)
+                        self.records.changed(group)
                 self._note_empty(group, now)
             self._next_wake = min(
                 (self._deadline(g) for g in self.groups.values()), default=math.inf
@@ -101,6 +110,7 @@ class ConsumerCoordinator:
             del self._empty_since[gid]
             if not self.has_offsets(gid):
                 del self.groups[gid]
+                self.records.gone(gid)
 
     def _deadline(self, group: ConsumerGroup) -> float:
         since = self._empty_since.get(group.group_id)
@@ -113,10 +123,11 @@ class ConsumerCoordinator:
             self._wakeup.set()
 
     # ----------------------------------------------------------------- requests
-    def heartbeat(
+    async def heartbeat(
         self, request: Any, client_id: str, client_host: str, api_version: int = 1
     ) -> dict[str, Any]:
-        """ConsumerGroupHeartbeat (any version) -> response dict."""
+        """ConsumerGroupHeartbeat (any version) -> response dict, once what it tells is
+        durable."""
         group_id = request.group_id
         base: dict[str, Any] = {
             "member_id": request.member_id or None,
@@ -160,6 +171,13 @@ class ConsumerCoordinator:
             self.drop_classic(group_id)
             self.groups[group_id] = group
         self._rearm(group)
+        if self.groups.get(group_id) is group:
+            try:
+                await self.records.store(group)
+            except Exception:
+                log.exception("consumer group %s: recording it failed", group_id)
+                # As Kafka when it cannot write the group; the member resends a full request.
+                return {**base, "error_code": COORDINATOR_NOT_AVAILABLE}
         resp = {
             **base,
             "error_code": result.error_code,
@@ -232,7 +250,8 @@ class ConsumerCoordinator:
         return group is not None and bool(group.members)
 
     def remove_group(self, group_id: str) -> None:
-        self.groups.pop(group_id, None)
+        if self.groups.pop(group_id, None) is not None:
+            self.records.gone(group_id)
         self._empty_since.pop(group_id, None)
 
     def listed(self) -> list[dict[str, Any]]:

@@ -159,8 +159,8 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}
         self.subscription_metadata: dict[str, int] = {}
         self._dirty = False  # membership or subscriptions changed since the last epoch
-        # Until then no partition is handed out: members of the group's previous life (before
-        # the coordinator restarted) may still hold them (consumer_coordinator sets it).
+        # Until then no partition is handed out: members of a group's life before the
+        # coordinator restarted that was not restored may still hold them (consumer_coordinator).
         self.hold_until = float("-inf")
         # Who holds each partition now (assigned or still revoking it).
         self.owner: dict[TopicPartition, str] = {}
@@ -229,8 +229,13 @@ class ConsumerGroup:
         self._refresh_target(topics)
         self._reconcile(member, req.owned, now)
         # As Kafka: the assignment goes out when it changed, or to a full request (a join, or
-        # a member resyncing after an error, which sends every optional field).
-        changed = member.sent is None or _pairs(member.sent) != _pairs(member.assigned)
+        # a member resyncing after an error, which sends every optional field); and to a member
+        # behind on its epoch (it missed our last answer, e.g. one cut off by a restart).
+        changed = (
+            member.sent is None
+            or _pairs(member.sent) != _pairs(member.assigned)
+            or req.member_epoch != member.member_epoch
+        )
         full = joining or (
             req.rebalance_timeout_ms != -1
             and req.subscribed_topic_names is not None

@@ -98,7 +98,7 @@ async def handle(
     elif api_key == CONSUMER_GROUP_HEARTBEAT:
         if consumer is None:
             raise ValueError("no consumer group coordinator")
-        resp = consumer.heartbeat(request, client_id, client_host, api_version)
+        resp = await consumer.heartbeat(request, client_id, client_host, api_version)
     elif api_key == CONSUMER_GROUP_DESCRIBE:
         if consumer is None:
             raise ValueError("no consumer group coordinator")

@@ -6,7 +6,8 @@ The coordinator (``group_coordinator``) tells a ``MembershipLog`` about each com
 Empty and each group that is gone. ``WalMembership`` writes them as ``classic_group`` CONTROL
 records (``group_record``), through the same WAL writer and ``on_durable`` hook as the offset
 commits; it keeps the last durable record of every group for the WAL snapshot, reads them
-back on replay, and after replay rebuilds the groups in the coordinator.
+back on replay, and after replay rebuilds the groups in the coordinator. That bookkeeping
+(``DurableGroupRecords``) keeps the KIP-848 groups' records too (``consumer_persistence``).
 
 When a generation's record cannot be written, the members waiting in SyncGroup get
 COORDINATOR_NOT_AVAILABLE (as from Kafka when it cannot store the group) and the group
@@ -65,14 +66,24 @@ class NoMembershipLog:
         pass
 
 
-class WalMembership:
-    """``MembershipLog`` on a main's WAL, plus replay, snapshot and restore."""
+class DurableGroupRecords:
+    """The last durable record of every group of one kind (``classic_group`` or
+    ``consumer_group``) on a main's WAL: what replay and the snapshot bring back, what a
+    restarted coordinator rebuilds. Writes go through the WAL writer with ``on_durable``; the
+    background ones are watched (their failures logged) by ``run``."""
+
+    kind = ""
 
     def __init__(self, wal: WalWriter) -> None:
         self.wal = wal
         # Group id -> its last durable record header (Dead ones dropped): what a snapshot holds.
         self.durable: dict[str, dict[str, Any]] = {}
         self._nursery: trio.Nursery | None = None
+
+    def is_dead(self, header: Mapping[str, Any]) -> bool:
+        """Whether the record says the group is gone; raises KeyError/TypeError/ValueError for
+        one this broker cannot read."""
+        raise NotImplementedError
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hosts the background writes (their failures are logged); runs until cancelled."""
@@ -81,23 +92,62 @@ class WalMembership:
             task_status.started()
             await trio.sleep_forever()
 
-    # -- replay, snapshot, restore (plain state) ----------------------------------------------
+    # -- replay, snapshot (plain state) --------------------------------------------------------
 
     def load(self, header: Mapping[str, Any]) -> None:
-        """A ``classic_group`` record from replay, a snapshot, or one that just became durable."""
+        """A record from replay, a snapshot, or one that just became durable."""
         try:
-            record = decode_group(header)
+            dead = self.is_dead(header)
         except (KeyError, TypeError, ValueError) as exc:
             # Skipped alone: a snapshot holding it still restores everything else.
-            log.error("skipping unreadable classic_group record %r: %r", header.get("g"), exc)
+            log.error("skipping unreadable %s record %r: %r", self.kind, header.get("g"), exc)
             return
-        if record.state is GroupState.DEAD:
-            self.durable.pop(record.group_id, None)
+        if dead:
+            self.durable.pop(str(header["g"]), None)
         else:
-            self.durable[record.group_id] = dict(header)
+            self.durable[str(header["g"])] = dict(header)
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         return {gid: dict(h) for gid, h in self.durable.items()}
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _submit(
+        self, header: dict[str, Any], applied: Callable[[], None] = lambda: None
+    ) -> AppendTicket:
+        def durable() -> None:
+            self.load(header)
+            applied()
+
+        return self.wal.submit(RecordType.CONTROL, header, on_durable=durable)
+
+    def _in_background(self, header: dict[str, Any]) -> AppendTicket | None:
+        try:
+            ticket = self._submit(header)
+        except Exception:
+            log.exception("group %s: recording its %s failed", header["g"], self.kind)
+            return None
+        self._watch_in_background(ticket, header)
+        return ticket
+
+    def _watch_in_background(self, ticket: AppendTicket, header: dict[str, Any]) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._watch, ticket, header)
+
+    async def _watch(self, ticket: AppendTicket, header: dict[str, Any]) -> None:
+        try:
+            await ticket.wait()
+        except Exception:
+            log.exception("group %s: recording it %s failed", header["g"], header.get("s", ""))
+
+
+class WalMembership(DurableGroupRecords):
+    """``MembershipLog`` on a main's WAL (``classic_group`` records), plus restore."""
+
+    kind = "classic_group"
+
+    def is_dead(self, header: Mapping[str, Any]) -> bool:
+        return decode_group(header).state is GroupState.DEAD
 
     def restore(self, coordinator: GroupCoordinator) -> int:
         """Rebuild every recorded group in the coordinator (start-up, after replay, on the
@@ -107,15 +157,6 @@ class WalMembership:
         for header in self.durable.values():
             coordinator.adopt(rebuild_group(decode_group(header), now, retention_s))
         return len(self.durable)
-
-    # -- writing ------------------------------------------------------------------------------
-
-    def _submit(self, header: dict[str, Any], applied: Callable[[], None]) -> AppendTicket:
-        def durable() -> None:
-            self.load(header)
-            applied()
-
-        return self.wal.submit(RecordType.CONTROL, header, on_durable=durable)
 
     async def store_generation(
         self, g: ClassicGroup, assignments: Mapping[str, bytes], applied: Callable[[], None]
@@ -127,18 +168,3 @@ class WalMembership:
 
     def group_gone(self, group_id: str) -> None:
         self._in_background(dead_header(group_id))
-
-    def _in_background(self, header: dict[str, Any]) -> None:
-        try:
-            ticket = self._submit(header, lambda: None)
-        except Exception:
-            log.exception("group %s: recording its membership failed", header["g"])
-            return
-        if self._nursery is not None:
-            self._nursery.start_soon(self._watch, ticket, header)
-
-    async def _watch(self, ticket: AppendTicket, header: dict[str, Any]) -> None:
-        try:
-            await ticket.wait()
-        except Exception:
-            log.exception("group %s: recording it %s failed", header["g"], header["s"])

@@ -1,13 +1,15 @@
 """Connects the two group coordinators (classic and KIP-848 consumer groups) to each other and
 to the broker's log store: one group id namespace, one offset table, topic ids for KIP-848,
-classic group membership on the WAL."""
+both kinds of groups on the WAL."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from main_broker.consumer_coordinator import ConsumerCoordinator
+from main_broker.consumer_persistence import WalConsumerGroups
 from main_broker.group_config import GroupConfig
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.group_persistence import WalMembership
@@ -61,3 +63,20 @@ def persist_membership(classic: GroupCoordinator, store: LogStore) -> WalMembers
     store.load_group = membership.load
     store.snapshot_groups = membership.snapshot
     return membership
+
+
+def persist_consumer_groups(
+    consumer: ConsumerCoordinator, classic: WalMembership, store: LogStore
+) -> WalConsumerGroups:
+    """KIP-848 groups on the store's WAL beside the classic ones (``persist_membership``
+    first): replay and snapshots keep them, ``restore`` (after replay) rebuilds them; run its
+    ``run`` in the broker's nursery."""
+    records = WalConsumerGroups(store.wal)
+    consumer.records = records
+
+    def load(header: dict[str, Any]) -> None:
+        (records if header.get("k") == records.kind else classic).load(header)
+
+    store.load_group = load
+    store.snapshot_consumer_groups = records.snapshot
+    return records

@@ -105,9 +105,10 @@ class LogStore:
         self.forget_offsets: Callable[[str, list[tuple[str, int]] | None], None] = (
             lambda g, partitions: None
         )
-        # Classic group membership records (main_broker.group_persistence) in and out.
+        # Group records (classic_group, consumer_group: main_broker.group_wiring) in and out.
         self.load_group: Callable[[dict[str, Any]], None] = lambda header: None
         self.snapshot_groups: Callable[[], dict[str, dict[str, Any]]] = dict
+        self.snapshot_consumer_groups: Callable[[], dict[str, dict[str, Any]]] = dict
         # Told the id of every topic that leaves the store (main_broker.object_retention
         # removes its streams from the manifest and deletes their objects).
         self.on_topic_deleted: Callable[[bytes], None] = lambda topic_id: None
@@ -423,6 +424,7 @@ class LogStore:
             "offsets": self.snapshot_offsets(),
             "docs": dict(self.documents),
             "groups": self.snapshot_groups(),
+            "consumer_groups": self.snapshot_consumer_groups(),
         }
         return wal_records.snapshot_record(body)
 
@@ -437,6 +439,8 @@ class LogStore:
         for group_id, rows in body["offsets"].items():
             self.load_offsets(group_id, [tuple(r) for r in rows])  # type: ignore[misc]
         for header in body.get("groups", {}).values():
+            self.load_group(header)
+        for header in body.get("consumer_groups", {}).values():
             self.load_group(header)
 
     def replay(self, records: Iterable[WalRecord]) -> int:
@@ -520,7 +524,7 @@ class LogStore:
             )
         elif kind == "offsets":
             self.load_offsets(header["g"], [tuple(o) for o in header["o"]])  # type: ignore[misc]
-        elif kind == "classic_group":
+        elif kind in ("classic_group", "consumer_group"):
             self.load_group(header)
         elif kind == "group_delete":
             self.forget_offsets(header["g"], None)

@@ -132,7 +132,7 @@ async def test_delete_groups_errors_and_success(
     await _commit(classic, "idle", ("t", 0), ("u", 1))
     member = await join_known(classic, "a", group="busy", protocols=[("range", _subscription("t"))])
     await sync(classic, member, [(member["member_id"], b"x")], group="busy")
-    beat = consumer.heartbeat(_heartbeat("k848", "m1", 0, ["t"]), "c", "h")
+    beat = await consumer.heartbeat(_heartbeat("k848", "m1", 0, ["t"]), "c", "h")
     assert beat["error_code"] == 0 and beat["member_epoch"] == 1
     resp = await group_admin.delete_groups(
         classic, consumer, ["idle", "busy", "k848", "missing", "", "idle", "busy"]
@@ -150,7 +150,7 @@ async def test_delete_groups_errors_and_success(
     assert store.log.count(("idle", ("delete", None))) == 1
     assert classic.fetch_offsets("idle", None)["topics"] == []
     # The KIP-848 group empties (its member leaves) and can go too.
-    assert consumer.heartbeat(_heartbeat("k848", "m1", -1), "c", "h")["member_epoch"] == -1
+    assert (await consumer.heartbeat(_heartbeat("k848", "m1", -1), "c", "h"))["member_epoch"] == -1
     resp = await group_admin.delete_groups(classic, consumer, ["k848"])
     assert resp["results"][0]["error_code"] == ErrorCode.none
     assert not consumer.in_use("k848") and "k848" not in consumer.groups
@@ -207,7 +207,7 @@ async def test_offset_delete_rules(
     assert resp["error_code"] == ErrorCode.non_empty_group
     # KIP-848 group: its members' subscriptions count.
     await _commit(classic, "k", ("t", 1), ("u", 1))
-    assert consumer.heartbeat(_heartbeat("k", "m", 0, ["u"]), "c", "h")["error_code"] == 0
+    assert (await consumer.heartbeat(_heartbeat("k", "m", 0, ["u"]), "c", "h"))["error_code"] == 0
     resp = await group_admin.delete_offsets(classic, consumer, "k", [("t", [1]), ("u", [1])])
     codes = {t["name"]: t["partitions"][0]["error_code"] for t in resp["topics"]}
     assert codes == {"t": ErrorCode.none, "u": ErrorCode.group_subscribed_to_topic}
@@ -233,23 +233,22 @@ async def test_consumer_coordinator_topic_ids_and_session_expiry(
     coords: tuple[GroupCoordinator, ConsumerCoordinator],
 ) -> None:
     classic, consumer = coords
-    a = consumer.heartbeat(_heartbeat("g", "A", 0, ["t", "u"]), "ca", "ha")
+    a = await consumer.heartbeat(_heartbeat("g", "A", 0, ["t", "u"]), "ca", "ha")
     assert a["error_code"] == 0 and a["heartbeat_interval"] == 5000
     got = {
         (tp["topic_id"], p) for tp in a["assignment"]["topic_partitions"] for p in tp["partitions"]
     }
     assert got == {(TOPIC_IDS[t], p) for t in "tu" for p in (0, 1)}
-    b = consumer.heartbeat(_heartbeat("g", "B", 0, ["t", "u"]), "cb", "hb")
+    b = await consumer.heartbeat(_heartbeat("g", "B", 0, ["t", "u"]), "cb", "hb")
     assert b["assignment"] == {"topic_partitions": []}
     # A revokes by heartbeating what it still owns (topic ids in, topic ids out).
-    kept = consumer.heartbeat(_heartbeat("g", "A", 1), "ca", "ha")["assignment"]["topic_partitions"]
+    kept = (await consumer.heartbeat(_heartbeat("g", "A", 1), "ca", "ha"))["assignment"][
+        "topic_partitions"
+    ]
     owned = [SimpleNamespace(topic_id=tp["topic_id"], partitions=tp["partitions"]) for tp in kept]
-    assert (
-        consumer.heartbeat(_heartbeat("g", "A", 1, topic_partitions=owned), "ca", "ha")[
-            "member_epoch"
-        ]
-        == 2
-    )
+    assert (await consumer.heartbeat(_heartbeat("g", "A", 1, topic_partitions=owned), "ca", "ha"))[
+        "member_epoch"
+    ] == 2
     described = consumer.describe(["g"], include_authorized_operations=True)["groups"][0]
     assert described["group_state"] in ("Reconciling", "Stable")
     assert {m["member_id"] for m in described["members"]} == {"A", "B"}
@@ -259,7 +258,7 @@ async def test_consumer_coordinator_topic_ids_and_session_expiry(
     for _ in range(5):
         await trio.sleep(3)
         epoch = consumer.groups["g"].members["B"].member_epoch
-        resp = consumer.heartbeat(_heartbeat("g", "B", epoch), "cb", "hb")
+        resp = await consumer.heartbeat(_heartbeat("g", "B", epoch), "cb", "hb")
         assert resp["error_code"] == 0
         told = resp["assignment"] or told
     assert set(consumer.groups["g"].members) == {"B"}
@@ -268,27 +267,27 @@ async def test_consumer_coordinator_topic_ids_and_session_expiry(
     assert owned_b == {(TOPIC_IDS[t], p) for t in "tu" for p in (0, 1)}
     # Classic and consumer groups share one id space.
     m = await join_known(classic, "c", group="classic-one")
-    assert (
-        consumer.heartbeat(_heartbeat("classic-one", "X", 0, ["t"]), "c", "h")["error_code"]
-        == ErrorCode.group_id_not_found
-    )
+    assert (await consumer.heartbeat(_heartbeat("classic-one", "X", 0, ["t"]), "c", "h"))[
+        "error_code"
+    ] == ErrorCode.group_id_not_found
     assert m["error_code"] == 0
 
 
 async def test_after_a_restart_new_groups_wait_out_the_old_members_sessions(
     autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
 ) -> None:
-    """Membership is not persisted: a coordinator that starts with topics (a restart) hands
-    out no partitions for one session timeout, while members of before may still read."""
+    """A group that was not restored (its records predate them, or it was coordinated
+    elsewhere): a coordinator that starts with topics (a restart) hands it no partitions for
+    one session timeout, while members of before may still read."""
     consumer = ConsumerCoordinator(GroupConfig(consumer_session_timeout_ms=10_000), Topics())
     await nursery.start(consumer.run)
     started = trio.current_time()
-    first = consumer.heartbeat(_heartbeat("g", "A", 0, ["t"]), "c", "h")
+    first = await consumer.heartbeat(_heartbeat("g", "A", 0, ["t"]), "c", "h")
     assert first["member_epoch"] == 1 and first["assignment"] == {"topic_partitions": []}
     await trio.sleep(9.0)
-    assert consumer.heartbeat(_heartbeat("g", "A", 1), "c", "h")["assignment"] is None
+    assert (await consumer.heartbeat(_heartbeat("g", "A", 1), "c", "h"))["assignment"] is None
     await trio.sleep_until(started + 11.0)
-    late = consumer.heartbeat(_heartbeat("g", "A", 1), "c", "h")
+    late = await consumer.heartbeat(_heartbeat("g", "A", 1), "c", "h")
     assert late["assignment"] == {
         "topic_partitions": [{"topic_id": TOPIC_IDS["t"], "partitions": [0, 1]}]
     }
@@ -319,7 +318,7 @@ async def test_invalid_heartbeats_get_invalid_request(
     request = _heartbeat("g", "A", 0, ["t"])
     for k, v in fields.items():
         setattr(request, k, v)
-    resp = consumer.heartbeat(request, "c", "h")
+    resp = await consumer.heartbeat(request, "c", "h")
     assert (resp["error_code"], resp["error_message"]) == (ErrorCode.invalid_request, message)
     assert "g" not in consumer.groups
 
@@ -330,10 +329,14 @@ async def test_an_empty_consumer_group_without_offsets_is_forgotten(
 ) -> None:
     classic, consumer = coords
     for group in ("plain", "kept"):
-        assert consumer.heartbeat(_heartbeat(group, "A", 0, ["t"]), "c", "h")["error_code"] == 0
+        assert (await consumer.heartbeat(_heartbeat(group, "A", 0, ["t"]), "c", "h"))[
+            "error_code"
+        ] == 0
     await _commit(classic, "kept", ("t", 0))
     for group in ("plain", "kept"):
-        assert consumer.heartbeat(_heartbeat(group, "A", -1), "c", "h")["member_epoch"] == -1
+        assert (await consumer.heartbeat(_heartbeat(group, "A", -1), "c", "h"))[
+            "member_epoch"
+        ] == -1
     assert {g["group_id"]: g["group_state"] for g in consumer.listed()} == {
         "plain": "Empty",
         "kept": "Empty",
@@ -349,7 +352,7 @@ async def test_a_classic_join_takes_over_an_empty_consumer_group(
     coords: tuple[GroupCoordinator, ConsumerCoordinator],
 ) -> None:
     classic, consumer = coords
-    assert consumer.heartbeat(_heartbeat("g", "A", 0, ["t"]), "c", "h")["error_code"] == 0
+    assert (await consumer.heartbeat(_heartbeat("g", "A", 0, ["t"]), "c", "h"))["error_code"] == 0
     # While the KIP-848 group has a member, a classic JoinGroup is refused.
     refused = await classic.join_group(
         group_id="g",
@@ -364,7 +367,7 @@ async def test_a_classic_join_takes_over_an_empty_consumer_group(
         require_known_member_id=True,
     )
     assert refused["error_code"] == ErrorCode.inconsistent_group_protocol
-    assert consumer.heartbeat(_heartbeat("g", "A", -1), "c", "h")["member_epoch"] == -1
+    assert (await consumer.heartbeat(_heartbeat("g", "A", -1), "c", "h"))["member_epoch"] == -1
     member = await join_known(classic, "b", protocols=[("range", _subscription("t"))])
     assert member["error_code"] == 0
     assert "g" not in consumer.groups

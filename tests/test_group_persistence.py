@@ -15,10 +15,12 @@ from kio.schema.errors import ErrorCode
 
 from main_broker import group_admin
 from main_broker.broker import _OffsetStore
+from main_broker.consumer_coordinator import ConsumerCoordinator
+from main_broker.consumer_persistence import WalConsumerGroups
 from main_broker.group_config import GroupConfig
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.group_persistence import WalMembership
-from main_broker.group_wiring import persist_membership
+from main_broker.group_wiring import consumer_groups, persist_consumer_groups, persist_membership
 from main_broker.log_store import LogStore
 from shared_wal import RecordType, WalConfig, WalReader, WalWriter, open_wal_fs, storage
 from shared_wal import broker_records as wal_records
@@ -33,17 +35,25 @@ CONFIG = GroupConfig(group_min_session_timeout_ms=100)
 
 
 class Main:
-    def __init__(self, store: LogStore, wal: WalWriter, coord: GroupCoordinator) -> None:
-        self.store, self.wal, self.coord = store, wal, coord
+    def __init__(
+        self,
+        store: LogStore,
+        wal: WalWriter,
+        coord: GroupCoordinator,
+        consumer: ConsumerCoordinator,
+    ) -> None:
+        self.store, self.wal, self.coord, self.consumer = store, wal, coord, consumer
         self.membership: WalMembership = coord.membership  # type: ignore[assignment]
+        self.consumer_records: WalConsumerGroups = consumer.records  # type: ignore[assignment]
         self.restored = 0
+        self.consumer_restored = 0
 
 
 @asynccontextmanager
 async def running_main(
     url: str, config: WalConfig | None = None, groups: GroupConfig = CONFIG
 ) -> AsyncIterator[Main]:
-    """A main's WAL, log store and classic coordinator wired as the broker wires them,
+    """A main's WAL, log store and both group coordinators wired as the broker wires them,
     recovered from whatever the WAL at ``url`` holds; the WAL is closed on exit."""
     fs = open_wal_fs(url)
     holder: list[LogStore] = []
@@ -54,14 +64,18 @@ async def running_main(
     holder.append(store)
     coord = GroupCoordinator(groups, _OffsetStore(store))
     store.load_offsets = coord.load_offsets
-    persist_membership(coord, store)
+    consumer = consumer_groups(groups, coord, store)
+    persist_consumer_groups(consumer, persist_membership(coord, store), store)
     store.replay(wal.replay())
-    main = Main(store, wal, coord)
+    main = Main(store, wal, coord, consumer)
     main.restored = main.membership.restore(coord)
+    main.consumer_restored = main.consumer_records.restore(consumer)
     async with trio.open_nursery() as nursery:
         await nursery.start(wal.run)
         await nursery.start(main.membership.run)
+        await nursery.start(main.consumer_records.run)
         await nursery.start(coord.run)
+        await nursery.start(consumer.run)
         try:
             yield main
         finally:

@@ -1,0 +1,163 @@
+"""The durable record of a KIP-848 consumer group (main_broker.consumer_record): golden bytes of
+the `consumer_group` CONTROL header (docs/formats.md), and the group rebuilt from it carrying
+on exactly as the group it was recorded from."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from main_broker.consumer_assignor import Assignment
+from main_broker.consumer_group import ConsumerGroup, HeartbeatInput, MemberState
+from main_broker.consumer_record import consumer_header, dead_header, is_dead, rebuild_group
+from shared_wal.record import pack_header
+
+TOPICS = {"t": 2}
+SESSION_MS = 45_000
+
+
+def _join(g: ConsumerGroup, mid: str, now: float = 0.0, **kw: object) -> None:
+    req = HeartbeatInput(
+        member_id=mid,
+        member_epoch=0,
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_names=["t"],
+        client_id="c",
+        client_host="/10.0.0.1",
+        **kw,  # type: ignore[arg-type]
+    )
+    assert g.heartbeat(req, TOPICS, now).error_code == 0
+
+
+def _beat(
+    g: ConsumerGroup, mid: str, epoch: int, owned: Assignment | None = None, now: float = 1.0
+) -> tuple[int, int, Assignment | None]:
+    r = g.heartbeat(HeartbeatInput(member_id=mid, member_epoch=epoch, owned=owned), TOPICS, now)
+    return r.error_code, r.member_epoch, r.assignment
+
+
+def test_golden_header_and_dead() -> None:
+    """The bytes docs/formats.md shows (spaces added there)."""
+    g = ConsumerGroup("g", SESSION_MS)
+    _join(g, "m1", instance_id="i1", rack_id="r1")
+    header = pack_header(consumer_header(g))
+    assert header.hex(" ") == (
+        "88 a1 6b ae 63 6f 6e 73 75 6d 65 72 5f 67 72 6f 75 70 a1 76 01 a1 67 a1 67 a2 67 65 01"
+        " a2 61 65 01 a1 61 a7 75 6e 69 66 6f 72 6d a2 73 6d 91 92 a1 74 02 a1 6d 91 9f a2 6d 31"
+        " a2 69 31 a2 72 31 a1 63 a9 2f 31 30 2e 30 2e 30 2e 31 91 a1 74 c0 c0 cd 75 30 01 00 a6"
+        " 73 74 61 62 6c 65 91 92 a1 74 92 00 01 90 91 92 a1 74 92 00 01"
+    )
+    assert msgpack.unpackb(header) == {
+        "k": "consumer_group",
+        "v": 1,
+        "g": "g",
+        "ge": 1,
+        "ae": 1,
+        "a": "uniform",
+        "sm": [["t", 2]],
+        "m": [
+            [
+                "m1",
+                "i1",
+                "r1",
+                "c",
+                "/10.0.0.1",
+                ["t"],
+                None,
+                None,
+                30000,
+                1,
+                0,
+                "stable",
+                [["t", [0, 1]]],
+                [],
+                [["t", [0, 1]]],
+            ]
+        ],
+    }
+    dead = pack_header(dead_header("g"))
+    assert dead.hex(" ") == (
+        "84 a1 6b ae 63 6f 6e 73 75 6d 65 72 5f 67 72 6f 75 70 a1 76 01 a1 67 a1 67 a1 73 a4 44"
+        " 65 61 64"
+    )
+    assert is_dead(msgpack.unpackb(dead)) is True
+    assert is_dead(msgpack.unpackb(header)) is False
+
+
+def test_unreadable_records_raise() -> None:
+    g = ConsumerGroup("g", SESSION_MS)
+    _join(g, "m1")
+    good = consumer_header(g)
+    with pytest.raises(ValueError):
+        is_dead({**good, "v": 2})
+    with pytest.raises(KeyError):
+        is_dead({k: v for k, v in good.items() if k != "ae"})
+    with pytest.raises(ValueError):
+        is_dead({**good, "ae": 5})  # an assignment epoch the group epoch never reached
+    with pytest.raises(ValueError):
+        is_dead({**good, "m": [[*good["m"][0][:11], "dancing", *good["m"][0][12:]]]})
+
+
+def test_a_rebuilt_group_in_the_middle_of_a_revocation_carries_on_as_the_original() -> None:
+    """m1 holds both partitions; m2 joins: m1 is revoking one, m2 waits for it. Recorded and
+    rebuilt, the group answers the next heartbeats exactly as the original does."""
+    g = ConsumerGroup("g", SESSION_MS)
+    _join(g, "m1", instance_id="i1")
+    assert _beat(g, "m1", 1) == (0, 1, None)
+    _join(g, "m2", now=1.0)
+    assert g.heartbeat(HeartbeatInput("m1", 1), TOPICS, 1.0).assignment is not None
+    m1 = g.members["m1"]
+    assert m1.state is MemberState.UNREVOKED_PARTITIONS and m1.revoking
+    assert g.members["m2"].state is MemberState.UNRELEASED_PARTITIONS
+
+    copy = rebuild_group(consumer_header(g), 100.0, SESSION_MS)
+    assert consumer_header(copy) == consumer_header(g)
+    assert copy.state == g.state == "Reconciling"
+    assert copy.owner == g.owner and copy.static == {"i1": "m1"}
+    # Sessions and the revocation's deadline start at recovery.
+    assert copy.members["m1"].session_deadline == 100.0 + SESSION_MS / 1000
+    assert copy.members["m1"].revoke_deadline == 100.0 + 30.0
+    assert copy.members["m2"].revoke_deadline is None
+
+    kept = dict(m1.assigned)
+    for group in (g, copy):
+        # A plain heartbeat of the epoch the member holds: no reset, no new assignment.
+        assert _beat(group, "m2", 2, now=101.0) == (0, 2, None)
+        # m1 releases; then m2 gets the released partition, both stable at epoch 2.
+        assert _beat(group, "m1", 1, owned=kept, now=101.0)[:2] == (0, 2)
+        code, epoch, given = _beat(group, "m2", 2, now=101.0)
+        assert (code, epoch) == (0, 2) and given is not None and len(given["t"]) == 1
+        assert group.state == "Stable"
+    assert consumer_header(copy) == consumer_header(g)
+
+
+def test_a_member_that_missed_its_answer_gets_the_assignment_again() -> None:
+    """The record is durable before the answer goes out; a restart may cut the answer off.
+    The member then heartbeats with its previous epoch and is sent its assignment."""
+    g = ConsumerGroup("g", SESSION_MS)
+    _join(g, "m1")
+    assert _beat(g, "m1", 1) == (0, 1, None)
+    _join(g, "m2", now=1.0)
+    # m1 revokes one partition: the answer with epoch 2 is what the restart cuts off.
+    owned = {"t": frozenset(g.members["m1"].assigned["t"])}
+    g.heartbeat(HeartbeatInput("m1", 1), TOPICS, 1.0)
+    assert _beat(g, "m1", 1, owned=g.members["m1"].assigned, now=1.0)[1] == 2
+    copy = rebuild_group(consumer_header(g), 50.0, SESSION_MS)
+    code, epoch, given = _beat(copy, "m1", 1, owned=copy.members["m1"].assigned, now=50.0)
+    assert (code, epoch) == (0, 2) and given == copy.members["m1"].assigned
+    assert given != owned
+    # With its current epoch it is not sent it again.
+    assert _beat(copy, "m1", 2, now=51.0) == (0, 2, None)
+
+
+def test_an_empty_group_keeps_its_epochs() -> None:
+    g = ConsumerGroup("g", SESSION_MS)
+    _join(g, "m1")
+    assert g.heartbeat(HeartbeatInput("m1", -1), TOPICS, 1.0).member_epoch == -1
+    header = consumer_header(g)
+    assert header["m"] == [] and header["ge"] == 2
+    copy = rebuild_group(header, 5.0, SESSION_MS)
+    assert copy.state == "Empty" and copy.group_epoch == 2 and copy.assignment_epoch == 2
+    # A new member continues from the recorded epoch.
+    _join(copy, "m3", now=6.0)
+    assert copy.members["m3"].member_epoch == 3
