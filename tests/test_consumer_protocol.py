@@ -22,8 +22,6 @@ from tests.group_members import (
     ConfluentMember,
     Event,
     check_exclusive_ownership,
-    coordinator_of,
-    restart_main,
     stop_all,
     wait_until,
 )
@@ -353,55 +351,3 @@ def test_a_silent_member_is_dropped_after_its_session_timeout(zone_fleet: ZoneFl
     finally:
         stop_all([m])
     assert m.error is None and not m.errors
-
-
-def test_members_rejoin_after_their_coordinator_restarts(
-    fleet_proc: tuple[FleetProcess, ZoneFleet],
-) -> None:
-    """Membership lives in the coordinator's memory: after a restart the members' heartbeats
-    get UNKNOWN_MEMBER_ID, they rejoin, and the group consumes on (committed offsets are on
-    the WAL)."""
-    proc, fleet = fleet_proc
-    topic, group = unique_name("restart"), unique_name("restart")
-    create_topic(fleet, "az1", topic, 4)
-    events: list[Event] = []
-    members = [
-        ConfluentMember(f"m-{z}", fleet.bootstrap(z), z, group, [topic], events, **KIP848)
-        for z in ("az1", "az3")
-    ]
-    for m in members:
-        m.start()
-    try:
-        wait_until(
-            lambda: all(len(m.assigned()) == 2 for m in members),
-            60,
-            lambda: f"{[m.assigned() for m in members]}",
-        )
-        produce_confluent(fleet.bootstrap("az2"), "az2", topic, 400, "a")
-        wait_until(lambda: len(_values(members)) >= 400, 60, lambda: f"{len(_values(members))}")
-        assert len(_describe(fleet, "az2", group).members) == 2
-        restart_main(proc, fleet, coordinator_of(fleet, group))
-        produce_confluent(fleet.bootstrap("az2"), "az2", topic, 400, "b")
-        wait_until(
-            lambda: {f"b-{i}".encode() for i in range(400)} <= set(_values(members)),
-            90,
-            lambda: f"{len(_values(members))} read; {[m.assigned() for m in members]}",
-        )
-        wait_until(
-            lambda: all(len(m.assigned()) == 2 for m in members),
-            60,
-            lambda: f"{[m.assigned() for m in members]}",
-        )
-        after = _describe(fleet, "az2", group)
-        assert len(after.members) == 2
-        assert sorted(m.client_id for m in after.members) == [
-            zone_client_id("az1"),
-            zone_client_id("az3"),
-        ]
-    finally:
-        stop_all(members)
-    for m in members:
-        assert m.error is None, m.error
-    check_exclusive_ownership(events)
-    values = _values(members)
-    assert {f"a-{i}".encode() for i in range(400)} <= set(values)
