@@ -184,7 +184,9 @@ class _Load:
         self.acked: list[bytes] = []
         self.failed: list[Any] = []
         self.consumed: list[tuple[int, bytes]] = []
+        self.read: set[bytes] = set()  # the values consumed (a rewind delivers some again)
         self.errors: list[Any] = []  # the consumer's, other than EOF (it stops at the first)
+        self.rebalances: list[str] = []  # the group's assignments and revocations, in order
         self.stop = threading.Event()
         self.produced = threading.Event()
         self.threads = [
@@ -233,7 +235,11 @@ class _Load:
                 "auto.offset.reset": "earliest",
             }
         )
-        consumer.subscribe([self.topic])
+        consumer.subscribe(
+            [self.topic],
+            on_assign=lambda _c, parts: self.rebalances.append(f"assigned {len(parts)}"),
+            on_revoke=lambda _c, parts: self.rebalances.append(f"revoked {len(parts)}"),
+        )
         idle_since: float | None = None
         try:
             while True:
@@ -242,7 +248,7 @@ class _Load:
                 if msg is None or (error is not None and error.code() == KafkaError._PARTITION_EOF):
                     if self.produced.is_set():
                         idle_since = idle_since or time.monotonic()
-                        caught_up = len(self.consumed) >= len(self.acked)
+                        caught_up = len(self.read) >= len(self.acked)
                         if caught_up or time.monotonic() - idle_since > 20:
                             return
                     continue
@@ -251,6 +257,7 @@ class _Load:
                     return
                 idle_since = None
                 self.consumed.append((msg.offset(), msg.value()))
+                self.read.add(msg.value())
         finally:
             consumer.close()
 
@@ -269,7 +276,14 @@ class _Load:
         assert not unread and not self.errors, self._left_behind(unread)
         assert set(values) == set(self.acked), "consumed records that were never acknowledged"
         offsets = [o for o, _ in self.consumed]
-        assert offsets == list(range(len(offsets))), "offsets not dense from 0"
+        assert offsets == list(range(len(offsets))), f"offsets not dense from 0: {self._jumps()}"
+
+    def _jumps(self) -> str:
+        """Where the consumer's offsets did not go on by one (a rewind or a skip), and the
+        group's rebalances (a rewind to the committed offset follows one)."""
+        pairs = zip(self.consumed, self.consumed[1:], strict=False)
+        jumps = [(a, b) for (a, _), (b, _) in pairs if b != a + 1]
+        return f"{len(jumps)} jumps (from, to) {jumps[:5]}, rebalances {self.rebalances}"
 
     def _left_behind(self, unread: int) -> str:
         """Tells a read path that stalls from records that are gone: the consumer's next offset
@@ -281,7 +295,8 @@ class _Load:
         handoff = _status(self.fleet, leader)["cluster"]["reassignment"]
         lines = [
             f"{unread} of {len(self.acked)} acknowledged records unread; the consumer stopped "
-            f"at {at} (errors {self.errors[:3]}); leader {leader} epoch {epoch}: {handoff}"
+            f"at {at} after {len(self.consumed)} deliveries, {self._jumps()} (errors "
+            f"{self.errors[:3]}); leader {leader} epoch {epoch}: {handoff}"
         ]
         targets = [(f"main {leader}", f"{main.broker.host}:{main.broker.port}", main.broker.zone)]
         targets += [(f"proxy {z}", self.fleet.bootstrap(z), z) for z in self.fleet.zones]
