@@ -173,7 +173,7 @@ class ConsumerCoordinator:
         self._rearm(group)
         if self.groups.get(group_id) is group:
             try:
-                await self.records.store(group)
+                await self.records.store(group, result.member_id or None)
             except Exception:
                 log.exception("consumer group %s: recording it failed", group_id)
                 # As Kafka when it cannot write the group; the member resends a full request.

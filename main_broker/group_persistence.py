@@ -67,22 +67,22 @@ class NoMembershipLog:
 
 
 class DurableGroupRecords:
-    """The last durable record of every group of one kind (``classic_group`` or
-    ``consumer_group``) on a main's WAL: what replay and the snapshot bring back, what a
-    restarted coordinator rebuilds. Writes go through the WAL writer with ``on_durable``; the
-    background ones are watched (their failures logged) by ``run``."""
+    """What the durable records of every group of one kind (``classic_group`` or
+    ``consumer_group``) on a main's WAL add up to: what replay and the snapshot bring back,
+    what a restarted coordinator rebuilds. Writes go through the WAL writer with
+    ``on_durable``; the background ones are watched (their failures logged) by ``run``."""
 
     kind = ""
 
     def __init__(self, wal: WalWriter) -> None:
         self.wal = wal
-        # Group id -> its last durable record header (Dead ones dropped): what a snapshot holds.
-        self.durable: dict[str, dict[str, Any]] = {}
+        # Group id -> what its durable records add up to (gone ones dropped).
+        self.durable: dict[str, Any] = {}
         self._nursery: trio.Nursery | None = None
 
-    def is_dead(self, header: Mapping[str, Any]) -> bool:
-        """Whether the record says the group is gone; raises KeyError/TypeError/ValueError for
-        one this broker cannot read."""
+    def _durable_after(self, header: Mapping[str, Any]) -> Any:
+        """What the group's entry in ``durable`` becomes with this record (None: the group is
+        gone); raises KeyError/TypeError/ValueError for one this broker cannot read."""
         raise NotImplementedError
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -97,18 +97,15 @@ class DurableGroupRecords:
     def load(self, header: Mapping[str, Any]) -> None:
         """A record from replay, a snapshot, or one that just became durable."""
         try:
-            dead = self.is_dead(header)
+            after = self._durable_after(header)
         except (KeyError, TypeError, ValueError) as exc:
             # Skipped alone: a snapshot holding it still restores everything else.
             log.error("skipping unreadable %s record %r: %r", self.kind, header.get("g"), exc)
             return
-        if dead:
+        if after is None:
             self.durable.pop(str(header["g"]), None)
         else:
-            self.durable[str(header["g"])] = dict(header)
-
-    def snapshot(self) -> dict[str, dict[str, Any]]:
-        return {gid: dict(h) for gid, h in self.durable.items()}
+            self.durable[str(header["g"])] = after
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -146,8 +143,12 @@ class WalMembership(DurableGroupRecords):
 
     kind = "classic_group"
 
-    def is_dead(self, header: Mapping[str, Any]) -> bool:
-        return decode_group(header).state is GroupState.DEAD
+    def _durable_after(self, header: Mapping[str, Any]) -> dict[str, Any] | None:
+        # The last record is the whole group.
+        return None if decode_group(header).state is GroupState.DEAD else dict(header)
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return {gid: dict(h) for gid, h in self.durable.items()}
 
     def restore(self, coordinator: GroupCoordinator) -> int:
         """Rebuild every recorded group in the coordinator (start-up, after replay, on the

@@ -14,6 +14,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from main_broker import group_admin
+from main_broker.consumer_record import consumer_header
 from main_broker.group_config import GroupConfig
 from shared_wal import RecordType, WalConfig, WalReader, open_wal_fs, storage
 from shared_wal import broker_records as wal_records
@@ -28,8 +29,14 @@ CONFIG = GroupConfig(consumer_session_timeout_ms=SESSION_MS, consumer_heartbeat_
 
 
 async def _beat(main: Main, member: str, epoch: int, *topics: str, **kw: Any) -> dict[str, Any]:
+    """A heartbeat; once answered, the group's records add up to the group as it is (the
+    records hold only the members that changed)."""
     req = _heartbeat("g", member, epoch, list(topics) if topics else None, **kw)
-    return await main.consumer.heartbeat(req, "client-" + member, "/127.0.0.1")
+    resp = await main.consumer.heartbeat(req, "client-" + member, "/127.0.0.1")
+    group = main.consumer.groups.get("g")
+    if group is not None and resp["error_code"] == NONE:
+        assert main.consumer_records.durable["g"].header() == consumer_header(group)
+    return resp
 
 
 def _owned(resp: dict[str, Any]) -> list[SimpleNamespace]:
@@ -82,11 +89,14 @@ async def test_a_restarted_coordinator_keeps_epochs_members_and_partitions(
     async with running_main(url, groups=CONFIG) as main:
         await _stable_pair(main)
         before = _described(main)
-        written = len(_consumer_records(url))
+        written = _consumer_records(url)
+        assert [r["f"] for r in written] == [True] + [False] * (len(written) - 1)
+        # A heartbeat that moved one member on wrote that member only.
+        assert all(len(r["m"]) == 1 for r in written[2:])
         for _ in range(3):  # plain heartbeats write nothing
             assert (await _beat(main, "A", 2))["assignment"] is None
             assert (await _beat(main, "B", 2))["assignment"] is None
-        assert len(_consumer_records(url)) == written
+        assert _consumer_records(url) == written
     assert before["group_state"] == "Stable" and before["group_epoch"] == 2
 
     async with running_main(url, groups=CONFIG) as main:
@@ -100,7 +110,7 @@ async def test_a_restarted_coordinator_keeps_epochs_members_and_partitions(
         full = await _beat(main, "A", 2, "t", rebalance_timeout=30_000, topic_partitions=[])
         assert full["error_code"] == NONE and full["member_epoch"] == 2
         assert _described(main)["group_epoch"] == 2
-        assert len(_consumer_records(url)) == written
+        assert _consumer_records(url) == written
 
 
 async def test_the_snapshot_keeps_the_group_once_its_records_are_trimmed(tmp_path: Path) -> None:
