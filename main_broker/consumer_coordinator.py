@@ -171,7 +171,8 @@ class ConsumerCoordinator:
             self.drop_classic(group_id)
             self.groups[group_id] = group
         self._rearm(group)
-        if self.groups.get(group_id) is group:
+        # An error answer changed nothing and tells nothing: no record to wait for.
+        if result.error_code == NONE and self.groups.get(group_id) is group:
             try:
                 await self.records.store(group, result.member_id or None)
             except Exception:
