@@ -61,7 +61,14 @@ def open_wal_fs(url: str) -> FS:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
-        return fs.open_fs(url, create=True)
+        try:
+            return fs.open_fs(url, create=True)
+        except fs.errors.CreateFailed as exc:
+            # OSFS checks for its root and then creates it: the mains of a fleet start
+            # together on one shared directory, and another may create it in between.
+            if not isinstance(exc.exc, FileExistsError):
+                raise
+            return fs.open_fs(url, create=True)
 
 
 def check_writer_id(writer_id: str) -> str:

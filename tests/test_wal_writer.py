@@ -17,6 +17,7 @@ from shared_wal import (
     WalPosition,
     WalReader,
     WalWriter,
+    open_wal_fs,
     storage,
 )
 from shared_wal.storage import FS
@@ -282,3 +283,27 @@ async def test_invalid_submits_raise_synchronously(wal_fs: FS) -> None:
     assert wal.end_offset == 0
     with pytest.raises(ValueError):
         await WalWriter.open(wal_fs, "../escape", no_retention())
+
+
+def test_open_wal_fs_when_another_main_creates_the_directory_meanwhile(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mains of `zonefleet up` start together on one WAL directory; OSFS checks for it and
+    # then creates it, and a fleet start failed once with FileExistsError in between.
+    import fs.osfs
+
+    root = tmp_path / "wal"
+    real_isdir = fs.osfs.os.path.isdir
+    raced = []
+
+    def isdir_then_created_by_another(path: str) -> bool:
+        if path == str(root) and not raced:
+            raced.append(path)
+            root.mkdir()  # the other main wins the race
+            return False
+        return real_isdir(path)
+
+    monkeypatch.setattr(fs.osfs.os.path, "isdir", isdir_then_created_by_another)
+    opened = open_wal_fs(f"osfs://{root}")
+    assert raced and opened.isdir("/")
+    opened.close()
