@@ -4,8 +4,11 @@ partition up, so that a group's members together read every record exactly once.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -112,6 +115,48 @@ class ConfluentMember(threading.Thread):
                 self.consumer.close()
         except BaseException as exc:
             self.error = exc
+
+
+def values_read(members: Sequence[ConfluentMember]) -> list[bytes]:
+    return [v for m in members for _, _, v in m.records]
+
+
+_CHILD_MEMBER = r"""
+import json, sys
+from confluent_kafka import Consumer
+bootstrap, zone, group, topic, extra = sys.argv[1:6]
+c = Consumer({"bootstrap.servers": bootstrap, "client.id": "zone=" + zone, "group.id": group,
+              "auto.offset.reset": "earliest", "enable.auto.commit": False,
+              **json.loads(extra)})
+def on_assign(_c, parts):
+    print("assigned", *sorted(p.partition for p in parts), flush=True)
+c.subscribe([topic], on_assign=on_assign)
+while True:
+    c.poll(0.1)
+"""
+
+
+class ChildMember:
+    """A confluent-kafka group member in a process of its own, to be killed -9 (gone for good:
+    no LeaveGroup, no leaving heartbeat); `lines` are the assignments it printed."""
+
+    def __init__(self, bootstrap: str, zone: str, group: str, topic: str, **config: Any):
+        args = [bootstrap, zone, group, topic, json.dumps(config)]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD_MEMBER, *args], stdout=subprocess.PIPE, text=True
+        )
+        self.lines: list[str] = []
+        threading.Thread(
+            target=lambda: self.lines.extend(self.proc.stdout or []), daemon=True
+        ).start()
+
+    def holds_partitions(self) -> bool:
+        return any(len(line.split()) > 1 for line in self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:

@@ -12,9 +12,6 @@ partitions.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
 import time
 from typing import Any
 
@@ -22,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.fleet_process import FleetProcess
 from tests.group_members import (
+    ChildMember,
     ConfluentMember,
     Event,
     check_exclusive_ownership,
@@ -29,6 +27,7 @@ from tests.group_members import (
     main_bootstraps,
     restart_main,
     stop_all,
+    values_read,
     wait_until,
 )
 from tests.raw_kafka import RawKafka
@@ -72,10 +71,6 @@ def _group(fleet: ZoneFleet, group: str) -> tuple[str, int, dict[str, tuple[str,
     )
 
 
-def _values(members: list[ConfluentMember]) -> list[bytes]:
-    return [v for m in members for _, _, v in m.records]
-
-
 def test_members_keep_their_epochs_and_partitions(
     fleet_proc: tuple[FleetProcess, ZoneFleet],  # noqa: F811
 ) -> None:
@@ -96,7 +91,9 @@ def test_members_keep_their_epochs_and_partitions(
             lambda: f"{[m.assigned() for m in members]}",
         )
         produce_confluent(fleet.bootstrap("az2"), "az2", topic, 400, "a")
-        wait_until(lambda: len(_values(members)) >= 400, 60, lambda: f"{len(_values(members))}")
+        wait_until(
+            lambda: len(values_read(members)) >= 400, 60, lambda: f"{len(values_read(members))}"
+        )
         wait_until(
             lambda: _group(fleet, group)[0] == "Stable", 30, lambda: f"{_group(fleet, group)}"
         )
@@ -112,9 +109,9 @@ def test_members_keep_their_epochs_and_partitions(
         # No stall of a session timeout (a group that had to be rebuilt from rejoins would
         # hand out no partition for one).
         wait_until(
-            lambda: len(_values(members)) >= 800,
+            lambda: len(values_read(members)) >= 800,
             SESSION_S - 1,
-            lambda: f"{len(_values(members))} read; {[m.assigned() for m in members]}",
+            lambda: f"{len(values_read(members))} read; {[m.assigned() for m in members]}",
         )
         assert time.monotonic() - produced < SESSION_S - 1
         # Past a session after the recovery: both members heartbeat on with their epochs.
@@ -126,25 +123,9 @@ def test_members_keep_their_epochs_and_partitions(
     for m in members:
         assert m.error is None, m.error
     check_exclusive_ownership(events)
-    values = _values(members)
+    values = values_read(members)
     expected = {f"{p}-{i}".encode() for p in "ab" for i in range(400)}
     assert sorted(values) == sorted(expected)  # each read once
-
-
-# A member in its own process, so that it can die without a word (SIGKILL).
-_CHILD = r"""
-import sys
-from confluent_kafka import Consumer
-bootstrap, zone, group, topic = sys.argv[1:5]
-c = Consumer({"bootstrap.servers": bootstrap, "client.id": "zone=" + zone, "group.id": group,
-              "auto.offset.reset": "earliest", "enable.auto.commit": False,
-              "group.protocol": "consumer"})
-def on_assign(_c, parts):
-    print("assigned", *sorted(p.partition for p in parts), flush=True)
-c.subscribe([topic], on_assign=on_assign)
-while True:
-    c.poll(0.1)
-"""
 
 
 def test_a_member_killed_before_the_restart_expires_one_session_after_recovery(
@@ -159,21 +140,14 @@ def test_a_member_killed_before_the_restart_expires_one_session_after_recovery(
     )
     survivor.start()
     wait_until(lambda: len(survivor.assigned()) == PARTITIONS, 60, lambda: f"{survivor.assigned()}")
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, fleet.bootstrap("az2"), "az2", group, topic],
-        stdout=subprocess.PIPE,
-        text=True,
+    child = ChildMember(
+        fleet.bootstrap("az2"), "az2", group, topic, **{"group.protocol": "consumer"}
     )
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(child.stdout or []), daemon=True).start()
     try:
         wait_until(
-            lambda: (
-                len(survivor.assigned()) == PARTITIONS // 2
-                and any(line.split() != ["assigned"] for line in lines)
-            ),
+            lambda: len(survivor.assigned()) == PARTITIONS // 2 and child.holds_partitions(),
             60,
-            lambda: f"survivor {survivor.assigned()}, child {lines}",
+            lambda: f"survivor {survivor.assigned()}, child {child.lines}",
         )
         wait_until(
             lambda: _group(fleet, group)[0] == "Stable", 30, lambda: f"{_group(fleet, group)}"
@@ -184,7 +158,6 @@ def test_a_member_killed_before_the_restart_expires_one_session_after_recovery(
         taken = len(events)
 
         child.kill()  # gone for good, no leave heartbeat
-        child.wait()
         restart_main(proc, fleet, coordinator_of(fleet, group))
         recovered = time.monotonic()
         # Restored with both members: the dead one is there until its session ends.
@@ -203,14 +176,12 @@ def test_a_member_killed_before_the_restart_expires_one_session_after_recovery(
         assert list(after) == [survivor_id] and after[survivor_id][2] == list(range(PARTITIONS))
         produce_confluent(fleet.bootstrap("az2"), "az2", topic, 200, "x")
         wait_until(
-            lambda: {f"x-{i}".encode() for i in range(200)} <= set(_values([survivor])),
+            lambda: {f"x-{i}".encode() for i in range(200)} <= set(values_read([survivor])),
             60,
-            lambda: f"{len(_values([survivor]))} read",
+            lambda: f"{len(values_read([survivor]))} read",
         )
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        child.kill()
         stop_all([survivor])
     assert survivor.error is None, survivor.error
     check_exclusive_ownership(events)

@@ -10,8 +10,6 @@ coordinator recovered, and the other member takes its partitions.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.fleet_process import FleetProcess
 from tests.group_members import (
+    ChildMember,
     ConfluentMember,
     Event,
     check_exclusive_ownership,
@@ -30,6 +29,7 @@ from tests.group_members import (
     main_bootstraps,
     restart_main,
     stop_all,
+    values_read,
     wait_until,
 )
 from tests.raw_kafka import RawKafka
@@ -95,10 +95,6 @@ def _generation(fleet: ZoneFleet, group: str, member_id: str) -> int:
     raise AssertionError(f"no generation of {group} knows {member_id}")
 
 
-def _values(members: list[ConfluentMember]) -> list[bytes]:
-    return [v for m in members for _, _, v in m.records]
-
-
 def _restart_coordinator(proc: FleetProcess, fleet: ZoneFleet, group: str) -> float:
     """Restart the group's coordinating main; the monotonic time it answered again."""
     restart_main(proc, fleet, coordinator_of(fleet, group))
@@ -136,7 +132,9 @@ def test_confluent_members_keep_their_generation_and_assignment(
             lambda: f"{[m.assigned() for m in members]}",
         )
         produce_confluent(fleet.bootstrap("az2"), "az2", topic, 400, "a")
-        wait_until(lambda: len(_values(members)) >= 400, 60, lambda: f"{len(_values(members))}")
+        wait_until(
+            lambda: len(values_read(members)) >= 400, 60, lambda: f"{len(values_read(members))}"
+        )
         state, before = _members(fleet, group)
         assert state == "Stable" and len(before) == 2
         instances = {i for _, i, _ in before.values()}
@@ -151,9 +149,9 @@ def test_confluent_members_keep_their_generation_and_assignment(
 
         produce_confluent(fleet.bootstrap("az2"), "az2", topic, 400, "b")
         wait_until(
-            lambda: len(_values(members)) >= 800,
+            lambda: len(values_read(members)) >= 800,
             90,
-            lambda: f"{len(_values(members))} read; {[m.assigned() for m in members]}",
+            lambda: f"{len(values_read(members))} read; {[m.assigned() for m in members]}",
         )
         # Some heartbeats later: still the same members and generation.
         time.sleep(4)
@@ -165,7 +163,7 @@ def test_confluent_members_keep_their_generation_and_assignment(
     for m in members:
         assert m.error is None, m.error
     check_exclusive_ownership(events)
-    values = _values(members)
+    values = values_read(members)
     expected = {f"{p}-{i}".encode() for p in "ab" for i in range(400)}
     assert sorted(values) == sorted(expected)  # each read once
 
@@ -240,22 +238,6 @@ def test_kafka_python_member_keeps_its_generation(
     assert sorted(read) == sorted(expected)  # each read once
 
 
-# A member in its own process, so that it can die without a word (SIGKILL).
-_CHILD = r"""
-import sys
-from confluent_kafka import Consumer
-bootstrap, zone, group, topic, session = sys.argv[1:6]
-c = Consumer({"bootstrap.servers": bootstrap, "client.id": "zone=" + zone, "group.id": group,
-              "auto.offset.reset": "earliest", "enable.auto.commit": False,
-              "session.timeout.ms": int(session)})
-def on_assign(_c, parts):
-    print("assigned", *sorted(p.partition for p in parts), flush=True)
-c.subscribe([topic], on_assign=on_assign)
-while True:
-    c.poll(0.1)
-"""
-
-
 def test_a_member_that_does_not_come_back_expires_after_its_session(
     fleet_proc: tuple[FleetProcess, ZoneFleet],
 ) -> None:
@@ -275,30 +257,14 @@ def test_a_member_that_does_not_come_back_expires_after_its_session(
     )
     survivor.start()
     wait_until(lambda: len(survivor.assigned()) == PARTITIONS, 60, lambda: f"{survivor.assigned()}")
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _CHILD,
-            fleet.bootstrap("az2"),
-            "az2",
-            group,
-            topic,
-            str(session_ms),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    child = ChildMember(
+        fleet.bootstrap("az2"), "az2", group, topic, **{"session.timeout.ms": session_ms}
     )
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(child.stdout or []), daemon=True).start()
     try:
         wait_until(
-            lambda: (
-                len(survivor.assigned()) == PARTITIONS // 2
-                and any(line.startswith("assigned ") for line in lines)
-            ),
+            lambda: len(survivor.assigned()) == PARTITIONS // 2 and child.holds_partitions(),
             60,
-            lambda: f"survivor {survivor.assigned()}, child {lines}",
+            lambda: f"survivor {survivor.assigned()}, child {child.lines}",
         )
         state, before = _members(fleet, group)
         assert state == "Stable" and len(before) == 2
@@ -307,7 +273,6 @@ def test_a_member_that_does_not_come_back_expires_after_its_session(
         taken = len(events)
 
         child.kill()  # gone for good, no LeaveGroup
-        child.wait()
         recovered = _restart_coordinator(proc, fleet, group)
         # Restored with both members: the dead one is still there until its session ends.
         assert _members(fleet, group) == ("Stable", before)
@@ -324,14 +289,12 @@ def test_a_member_that_does_not_come_back_expires_after_its_session(
         assert _generation(fleet, group, survivor_id) == generation + 1
         produce_confluent(fleet.bootstrap("az2"), "az2", topic, 200, "x")
         wait_until(
-            lambda: {f"x-{i}".encode() for i in range(200)} <= set(_values([survivor])),
+            lambda: {f"x-{i}".encode() for i in range(200)} <= set(values_read([survivor])),
             60,
-            lambda: f"{len(_values([survivor]))} read",
+            lambda: f"{len(values_read([survivor]))} read",
         )
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        child.kill()
         stop_all([survivor])
     assert survivor.error is None, survivor.error
     check_exclusive_ownership(events)
