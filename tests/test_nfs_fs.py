@@ -10,7 +10,9 @@ from typing import Any
 
 import fs
 import fs.errors
+import nfs_rs
 import pytest
+from fs.mode import Mode
 from fs.opener.errors import OpenerError
 
 import shared_wal  # noqa: F401  (registers the nfs:// opener)
@@ -191,3 +193,39 @@ def test_rename_and_setinfo(nfs: NFSFS) -> None:
     nfs.setinfo("b", {"details": {"modified": 1_000_000.0}})
     modified = nfs.getinfo("b", ["details"]).modified
     assert modified is not None and modified.timestamp() == pytest.approx(1_000_000.0)
+
+
+def test_an_uncertain_close_after_durable_writes_is_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # CI: "file close completed with errors: Uncertain NFS operation ReplaySensitive" failed a
+    # writebytes whose bytes were already on stable storage (every write is durable).
+    class Inner:
+        def write_at(self, data: bytes, position: int) -> int:
+            return len(data)
+
+        def close(self) -> None:
+            uncertain = nfs_rs.NfsUncertainOutcomeError(
+                message="Uncertain NFS operation ReplaySensitive",
+                outcome="uncertain",
+                operation_class="replay_sensitive",
+                recovery_action="verify_then_resume",
+            )
+            raise nfs_rs.NfsFileCloseError(
+                message="file close completed with errors", errors=(uncertain,)
+            )
+
+    f = NFSFile(Inner(), "seg", Mode("wb"), 0)  # type: ignore[arg-type]
+    assert f.write(b"abc") == 3
+    f.close()
+    assert f.closed
+    assert "its writes were durable" in caplog.text
+
+    class Broken(Inner):
+        def write_at(self, data: bytes, position: int) -> int:
+            raise nfs_rs.NfsTimeoutError(message="timed out", outcome="uncertain")
+
+    g = NFSFile(Broken(), "seg", Mode("wb"), 0)  # type: ignore[arg-type]
+    with pytest.raises(OSError):
+        g.write(b"abc")  # a write that failed is still an error
+    g.close()
