@@ -1,0 +1,46 @@
+"""The few lines the report prints on stdout when it is done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cost_report.model import ReportModel
+
+__all__ = ["human_bytes", "text_summary"]
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n):,} B"
+        n /= 1000
+    return f"{n} PB"
+
+
+def text_summary(model: ReportModel, out: Path) -> str:
+    t = model.totals
+    cf = t["counterfactual_usd"]
+    sv = t["savings_usd"]
+    frac = t["savings_fraction"]
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.1%}"
+
+    share = t.get("cross_zone_share_of_payload")
+    lines = [
+        f"zonefleet cost report {model.period_from} .. {model.period_to}",
+        f"  cross-zone bytes     {human_bytes(t['cross_zone_bytes'])}"
+        f" ({pct(share)} of client payload bytes {human_bytes(t['payload_bytes'])})",
+        f"  zonefleet            ${t['zonefleet_usd']:,.2f}",
+        f"  Kafka RF3            ${cf['kafka_rf3']:,.2f}  (savings ${sv['kafka_rf3']:,.2f},"
+        f" {pct(frac['kafka_rf3'])})",
+        f"  Kafka RF3 + KIP-392  ${cf['kafka_rf3_fetch_from_follower']:,.2f}  (savings"
+        f" ${sv['kafka_rf3_fetch_from_follower']:,.2f},"
+        f" {pct(frac['kafka_rf3_fetch_from_follower'])})",
+    ]
+    if t.get("rejected_rows"):
+        lines.append(f"  rejected rows        {t['rejected_rows']:,} (see report.html)")
+    for w in model.warnings:
+        lines.append(f"  warning: {w}")
+    lines.append(f"  wrote {out / 'summary.json'}, {out / 'report.html'} and Parquet tables")
+    return "\n".join(lines)
