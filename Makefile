@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := kafka_wire main_broker proxy_broker zone_router shared_wal s3_commit telemetry cost_report fleet
 
-.PHONY: up test lint venv install install-dev apt-deps bench clean
+.PHONY: up test lint venv install install-dev apt-deps bench clean report
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,11 +14,12 @@ install: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q -e '.[dev,bench,report]'
 
-APT_PACKAGES := kcat nfs-ganesha nfs-ganesha-vfs
+APT_PACKAGES := kcat nfs-ganesha nfs-ganesha-vfs chromium openjdk-17-jre-headless
 
-# Installs only the Debian packages that are missing (kcat; ganesha for the nfs:// WAL tests).
+# Installs only the Debian packages that are missing (kcat; ganesha for the nfs:// WAL tests;
+# chromium for the cost report's browser test; a JRE for Spark).
 apt-deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -40,6 +41,14 @@ test: install-dev apt-deps lint
 	$(BIN)/pytest -q -rfE $(PYTEST_ARGS) || { rc=$$?; $(BIN)/python -c \
 	  "import json; [print('FAILED', t) for t in json.load(open('.pytest_cache/v/cache/lastfailed'))]" \
 	  2>/dev/null; exit $$rc; }
+
+# The cost report on the local fleet's ledgers (make up writes them under data/).
+REPORT_ARGS ?=
+report: $(BIN)/python
+	$(BIN)/pip install -q -e '.[report]'
+	SPARK_LOCAL_IP=$${SPARK_LOCAL_IP:-127.0.0.1} $(BIN)/zonefleet cost-report \
+	  --accounting data/accounting --out data/report $(REPORT_ARGS)
+	@echo "open data/report/report.html"
 
 bench: $(BIN)/python
 	$(BIN)/pip install -q -e '.[bench]'

@@ -23,15 +23,16 @@ if __package__ in (None, ""):  # spark-submit cost_report/job.py: make the packa
 
 from cost_report.prices import PriceSheetError, load_prices
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["build_parser", "main", "run_args"]
 
 TOP_TOPICS = 10
 UNKNOWN_WARN_FRACTION = 0.01
 
 
-def build_parser(prog: str = "cost-report") -> argparse.ArgumentParser:
+def build_parser(prog: str = "cost-report", add_help: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
+        add_help=add_help,
         description="What the fleet's cross-AZ traffic cost, and what classic Kafka would have "
         "cost, from the nodes' traffic ledgers (Apache Spark).",
     )
@@ -104,7 +105,11 @@ def _under_spark_submit() -> bool:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "cost-report") -> int:
-    args = build_parser(prog).parse_args(argv)
+    return run_args(build_parser(prog).parse_args(argv), prog)
+
+
+def run_args(args: argparse.Namespace, prog: str = "cost-report") -> int:
+    """Run the report for parsed arguments (the `zonefleet cost-report` entry point too)."""
     try:
         prices = load_prices(args.prices)
     except PriceSheetError as exc:
@@ -147,10 +152,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "cost-report") -> int:
 
     print(text_summary(model, Path(args.out)))
     return 0
-
-
-def run(argv: Sequence[str]) -> int:
-    return main(argv)
 
 
 def days_between(first: str, last: str) -> list[str]:

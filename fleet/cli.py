@@ -25,6 +25,7 @@ from fleet.config import (
 from fleet.inspect_cli import add_inspect_parser, run_inspect_command
 from fleet.logs import configure_logging
 from fleet.node import run_main_broker_node, run_proxy_node
+from fleet.report_cli import add_report_parser, run_report_command
 from fleet.status_cli import add_status_parser, run_status_command
 from fleet.supervisor import PARENT_PID_ENV, NodeFailed, NodeSpec, Supervisor, exit_with_parent
 from fleet.topics_cli import add_topics_parser, run_topics_command
@@ -73,6 +74,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_topics_parser(sub)
     add_status_parser(sub)
     add_inspect_parser(sub)
+    add_report_parser(sub)
     return parser
 
 
@@ -170,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_status_command(args)
         if args.command == "inspect-object":
             return run_inspect_command(args)
+        if args.command == "cost-report":
+            return run_report_command(args)
     except ConfigError as exc:
         print(f"zonefleet: configuration error: {exc}", file=sys.stderr)
         return 2
