@@ -70,8 +70,12 @@ class ClusterRole:
         )
         self.registrar: NodeRegistrar | None = None
         self._apply_lock = trio.Lock()
+        # Metered like every other RPC client: the pokes' frames cross zones and are booked by
+        # their sender (tests/test_netns_cost_report.py found them missing from the ledger).
         self._peer_rpcs = {
-            m.node_id: RpcClient(cfg.node_id, cfg.rpc_secret, m.host, m.rpc_port)
+            m.node_id: RpcClient(
+                cfg.node_id, cfg.rpc_secret, m.host, m.rpc_port, meter=broker.traffic.rpc
+            )
             for m in self.mains
             if m.node_id != self.node_id and m.rpc_port is not None and cfg.rpc_secret
         }
