@@ -50,6 +50,11 @@ compaction_small_object_bytes = 33554432   # an SSO below this is merged with ot
 compaction_max_object_bytes = 134217728    # at most this much per compaction job
 compaction_delete_delay_s = 30.0      # replaced objects go this long after the swap
 
+[accounting]                      # traffic ledgers, <data_dir>/accounting/dt=YYYY-MM-DD/*.jsonl
+upload_interval_s = 600.0         # with a [storage] object_store, each node uploads its closed
+                                  # ledger lines to it (accounting/ keys) this often, at start
+                                  # and at a clean stop; at most 3600 (an hour late at most)
+
 [[main_brokers]]
 node_id = 1
 zone = "us-east-1a"               # a zone name or AZ id; "auto" or absent: ask EC2 IMDSv2
@@ -96,6 +101,7 @@ from main_broker.group_config import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs
 from proxy_broker.config import MainEndpoint, ProxyConfig, ProxyEndpoint
 from shared_wal import WalConfig
+from telemetry.ledger_upload import DEFAULT_UPLOAD_INTERVAL_S, MAX_UPLOAD_INTERVAL_S
 from zone_router import Node
 
 AUTO_ZONE = "auto"
@@ -596,6 +602,27 @@ def _wire_accounting(
             p.proxy.storage_zone = storage_zone
 
 
+def _ledger_uploads(
+    mains: list[MainBrokerNode], proxies: list[ProxyNode], accounting: dict[str, Any]
+) -> None:
+    """[accounting] upload_interval_s: how often each node uploads its closed ledger lines to
+    the [storage] object store (docs/formats.md, "Ledger uploads")."""
+    raw = accounting.get("upload_interval_s", DEFAULT_UPLOAD_INTERVAL_S)
+    try:
+        interval = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"[accounting] upload_interval_s is not a number: {raw!r}") from None
+    if not 0 < interval <= MAX_UPLOAD_INTERVAL_S:
+        raise ConfigError(
+            f"[accounting] upload_interval_s must be > 0 and at most {MAX_UPLOAD_INTERVAL_S:g} "
+            f"(no closed minute may reach the object store more than an hour late): {raw!r}"
+        )
+    for m in mains:
+        m.broker.ledger_upload_interval_s = interval
+    for p in proxies:
+        p.proxy.ledger_upload_interval_s = interval
+
+
 def parse_fleet_config(
     doc: dict[str, Any],
     base_dir: Path,
@@ -645,6 +672,7 @@ def parse_fleet_config(
         m.broker.zone_proxies = list(zone_proxies)
     _check_unique(mains, proxies)
     _wire_accounting(mains, proxies, zones, cidrs, data_dir, str(fleet.get("storage_zone", "")))
+    _ledger_uploads(mains, proxies, doc.get("accounting", {}))
     return FleetConfig(
         cluster_id=cluster_id,
         data_dir=data_dir,

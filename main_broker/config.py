@@ -8,6 +8,7 @@ from pathlib import Path
 from main_broker.group_config import GroupConfig
 from shared_wal import WalConfig
 from telemetry import REGIONAL_ZONE
+from telemetry.ledger_upload import DEFAULT_UPLOAD_INTERVAL_S
 from zone_router import Node
 
 
@@ -90,6 +91,9 @@ class BrokerConfig:
     # zone of Kafka clients that connect directly.
     data_dir: Path | None = None
     storage_zone: str = REGIONAL_ZONE
+    # With data_dir and an object store, the closed ledger lines go up this often
+    # (s3_commit/ledger_uploads.py; at most 3600 s, so none is more than an hour late).
+    ledger_upload_interval_s: float = DEFAULT_UPLOAD_INTERVAL_S
     peer_zones: dict[int, str] = field(default_factory=dict)
     zones: dict[str, str | None] = field(default_factory=dict)
     cidrs: dict[str, str] = field(default_factory=dict)

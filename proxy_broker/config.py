@@ -7,6 +7,7 @@ from pathlib import Path
 
 from shared_wal import WalConfig
 from telemetry import REGIONAL_ZONE
+from telemetry.ledger_upload import DEFAULT_UPLOAD_INTERVAL_S
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class ProxyConfig:
     # Prometheus only) and the zone the shared FS is booked to.
     data_dir: Path | None = None
     storage_zone: str = REGIONAL_ZONE
+    # With data_dir and an object store, the closed ledger lines go up this often
+    # (s3_commit/ledger_uploads.py; at most 3600 s, so none is more than an hour late).
+    ledger_upload_interval_s: float = DEFAULT_UPLOAD_INTERVAL_S
 
     @property
     def writer_id(self) -> str:

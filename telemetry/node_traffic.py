@@ -68,6 +68,10 @@ class NodeTraffic:
             self.flush_interval_s, limiter=self._limiter, task_status=task_status
         )
 
+    async def flush(self) -> None:
+        """Write the closed minutes now, as the flusher does (e.g. right before an upload)."""
+        await self.accounting.flush_async(limiter=self._limiter)
+
     async def aclose(self) -> None:
         """The last flush, for a node that has stopped every other task (shielded): frames
         sent while the flusher itself was being cancelled land in the ledger too."""
