@@ -1,6 +1,10 @@
 """Hand-written codecs for the hot APIs: Produce request (v3-11), Produce response (v3-11)
 and Fetch response (v4-16).
 
+Each also measures the bytes of every topic entry it reads or writes, for the traffic
+accounting's split by topic (`kafka_wire.topic_bytes`): a Produce request's topics carry
+``nbytes``, and the responses come back as `TopicParts`.
+
 kio's generic codecs cost ~10 µs per partition and copy record bytes; these use plain struct,
 hand out record data as zero-copy memoryviews (requests) and never copy record buffers
 (fetch responses). Field lists follow kio's generated schemas (Apache Kafka's JSON).
@@ -12,6 +16,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from kafka_wire.topic_bytes import TopicBytes, TopicParts
 from kafka_wire.varint import read_uvarint, skip_tagged_fields_at
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -55,6 +60,9 @@ class ProducePartitionData:
 class ProduceTopicData:
     name: str
     partitions: list[ProducePartitionData]
+    # Bytes of this topic's entry in the frame (name, partitions, records, tags): traffic
+    # accounting splits the frame by them (kafka_wire.topic_bytes).
+    nbytes: int = 0
 
 
 @dataclass(slots=True)
@@ -76,7 +84,8 @@ def decode_produce_request(version: int, frame: memoryview, offset: int) -> Prod
     """Decode a Produce request body starting at ``offset`` (just after the request header).
 
     ``frame`` should be a writable memoryview over a bytearray: the records are zero-copy
-    sub-views of it, so offsets can be patched in place. Raises ValueError on malformed input.
+    sub-views of it, so offsets can be patched in place. Each topic also says how many bytes
+    its entry takes (``nbytes``). Raises ValueError on malformed input.
     """
     if version not in PRODUCE_VERSIONS:
         raise ValueError(f"unsupported Produce request version {version}")
@@ -108,6 +117,7 @@ def _decode_produce_legacy(buf: memoryview, pos: int) -> ProduceRequestData:
         raise ValueError(f"invalid topic array length {topic_count}")
     topics: list[ProduceTopicData] = []
     for _ in range(topic_count):
+        start = pos
         n = _unpack_i16(buf, pos)[0]
         raw, pos = _take(buf, pos + 2, n)
         name = str(raw, "utf-8")
@@ -129,7 +139,7 @@ def _decode_produce_legacy(buf: memoryview, pos: int) -> ProduceRequestData:
             elif size != -1:
                 raise ValueError(f"invalid records length {size}")
             parts.append(ProducePartitionData(index, records))
-        topics.append(ProduceTopicData(name, parts))
+        topics.append(ProduceTopicData(name, parts, pos - start))
     return ProduceRequestData(transactional_id, acks, timeout_ms, topics)
 
 
@@ -147,6 +157,7 @@ def _decode_produce_flexible(buf: memoryview, pos: int) -> ProduceRequestData:
         raise ValueError("null topic array")
     topics: list[ProduceTopicData] = []
     for _ in range(topic_count - 1):
+        start = pos
         n, pos = read_uvarint(buf, pos, limit)
         if not n:
             raise ValueError("null topic name")
@@ -180,8 +191,8 @@ def _decode_produce_flexible(buf: memoryview, pos: int) -> ProduceRequestData:
                 pos = skip_tagged_fields_at(buf, pos, limit)
             else:
                 pos += 1
-        topics.append(ProduceTopicData(name, parts))
         pos = skip_tagged_fields_at(buf, pos, limit)
+        topics.append(ProduceTopicData(name, parts, pos - start))
     skip_tagged_fields_at(buf, pos, limit)
     return ProduceRequestData(transactional_id, acks, timeout_ms, topics)
 
@@ -279,6 +290,34 @@ def encode_produce_response(
 
     ``node_endpoints`` (node_id, host, port, rack) and ``current_leader`` are sent on v10+.
     """
+    return _encode_produce_response(
+        version, correlation_id, topics, throttle_time_ms, node_endpoints, None
+    )
+
+
+def produce_response_parts(
+    version: int,
+    correlation_id: int,
+    topics: list[tuple[str, list[ProducePartitionResult]]],
+    throttle_time_ms: int = 0,
+    node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
+) -> TopicParts:
+    """`encode_produce_response` as frame parts that carry each topic entry's size."""
+    entries: TopicBytes = []
+    body = _encode_produce_response(
+        version, correlation_id, topics, throttle_time_ms, node_endpoints, entries
+    )
+    return TopicParts((body,), entries)
+
+
+def _encode_produce_response(
+    version: int,
+    correlation_id: int,
+    topics: list[tuple[str, list[ProducePartitionResult]]],
+    throttle_time_ms: int,
+    node_endpoints: list[tuple[int, str, int, str | None]] | None,
+    entries: TopicBytes | None,
+) -> bytes:
     if version not in PRODUCE_RESPONSE_VERSIONS:
         raise ValueError(f"unsupported Produce response version {version}")
     flexible = version >= _PRODUCE_FIRST_FLEXIBLE
@@ -288,6 +327,7 @@ def encode_produce_response(
         out.append(0)  # response header v1 tag buffer
     _put_array_len(out, len(topics), flexible)
     for name, parts in topics:
+        start = len(out)
         _put_string(out, name, flexible)
         _put_array_len(out, len(parts), flexible)
         for p in parts:
@@ -309,6 +349,8 @@ def encode_produce_response(
                     out.append(0)
         if flexible:
             out.append(0)
+        if entries is not None:
+            entries.append((name, len(out) - start))
     out += _pack_i32(throttle_time_ms)
     if flexible:
         _put_node_endpoints_tag(out, node_endpoints if hints else None)
@@ -342,11 +384,12 @@ def encode_fetch_response(
     error_code: int = 0,
     session_id: int = 0,
     node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
-) -> list[Buffer]:
+) -> TopicParts:
     """Response header + Fetch response body as a list of buffers to send as one frame.
 
     Topics are (name, 16-byte topic id, partitions); v4-12 send the name, v13+ the id. Record
     buffers appear in the list uncopied; the frame size is the sum of the pieces' lengths.
+    The list carries the size of each topic's entry, booked under its name (`TopicParts`).
     """
     if version not in FETCH_RESPONSE_VERSIONS:
         raise ValueError(f"unsupported Fetch response version {version}")
@@ -355,7 +398,9 @@ def encode_fetch_response(
     has_replica = version >= 11
     null_array = b"\x00" if flexible else b"\xff\xff\xff\xff"
     empty_array = b"\x01" if flexible else b"\x00\x00\x00\x00"
-    pieces: list[Buffer] = []
+    entries: TopicBytes = []
+    pieces = TopicParts((), entries)
+    sent = 0  # bytes in `pieces`, so sent + len(out) is the position in the frame
     out = bytearray(_pack_i32(correlation_id))
     if flexible:
         out.append(0)  # response header v1 tag buffer
@@ -364,6 +409,7 @@ def encode_fetch_response(
         out += _pack_i16_i32(error_code, session_id)
     _put_array_len(out, len(topics), flexible)
     for name, topic_id, parts in topics:
+        start = sent + len(out)
         if version >= 13:
             if len(topic_id) != 16:
                 raise ValueError(f"topic id must be 16 bytes, got {len(topic_id)}")
@@ -409,6 +455,7 @@ def encode_fetch_response(
             if size:
                 pieces.append(bytes(out))
                 pieces.extend(records)
+                sent += len(out) + size
                 out = bytearray()
             if flexible:
                 if p.current_leader is not None:
@@ -417,6 +464,7 @@ def encode_fetch_response(
                     out.append(0)
         if flexible:
             out.append(0)
+        entries.append((name, sent + len(out) - start))
     if flexible:
         _put_node_endpoints_tag(out, node_endpoints if version >= 16 else None)
     pieces.append(bytes(out))

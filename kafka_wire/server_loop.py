@@ -4,13 +4,15 @@ Requests on one connection are read in order and may be pipelined. Each request 
 synchronously in arrival order (so that, for example, produce appends keep the client's order),
 then finishes concurrently; responses are written strictly in request order, as Kafka requires.
 
-An optional `WireMeter` sees every frame's size (request in, response out) for traffic
-accounting; `KafkaTrafficMeter` books them by client zone and Kafka API name.
+An optional `WireMeter` sees every frame (request in, response out) for traffic accounting;
+`KafkaTrafficMeter` books them by client zone, Kafka API name and, for Produce and Fetch,
+topic.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -20,6 +22,14 @@ from kio.schema.index import api_key_map
 
 from kafka_wire.codec import MalformedRequest, RequestHeader, parse_request_header
 from kafka_wire.framing import FrameError, FrameReader, send_frame
+from kafka_wire.topic_bytes import (
+    NO_TOPIC,
+    TopicBytes,
+    TopicFinish,
+    TopicParts,
+    fetch_request_entries,
+    split_frame,
+)
 
 log = logging.getLogger("zonefleet.wire")
 
@@ -52,46 +62,124 @@ def api_name(api_key: int) -> str:
 
 # Records traffic: (from_zone, to_zone, channel, api, bytes, requests).
 RecordTraffic = Callable[[str, str, str, str, int, int], None]
+# Records one message split by topic: (from_zone, to_zone, channel, api, [(topic, bytes)],
+# requests); the requests go to the first topic's row.
+RecordTopicTraffic = Callable[[str, str, str, str, Sequence[tuple[str, int]], int], None]
+
+API_FETCH: Final = 1
+MAX_CACHED_TOPIC_IDS: Final = 100_000
 
 
 class WireMeter(Protocol):
-    """Sees the size of every Kafka frame on a connection, size prefix included."""
+    """Sees every Kafka frame on a connection: each request as read, each response as sent."""
 
-    def request_in(self, header: RequestHeader, conn: ConnectionInfo, nbytes: int) -> Any:
-        """Count a request; the returned token comes back with its response's size."""
+    def request_in(
+        self,
+        header: RequestHeader,
+        frame: bytearray,
+        conn: ConnectionInfo,
+        finish: Finish | None,
+    ) -> Any:
+        """Count a request (`frame` without its size prefix) once its processor has started
+        it (`finish`; None when the processor refused it). The returned token comes back with
+        its response."""
         ...
 
-    def response_out(self, token: Any, nbytes: int) -> None: ...
+    def response_out(self, token: Any, parts: Sequence[Buffer]) -> None:
+        """Count a response frame (`parts` without its size prefix)."""
+        ...
 
 
 class KafkaTrafficMeter:
     """Books Kafka frames as ``kafka-client`` traffic between the client's zone and
     `node_zone`, with the Kafka API name as api. `client_zone(header, conn)` must be cheap
-    (a cached lookup): it runs once per request."""
+    (a cached lookup): it runs once per request.
+
+    Produce and Fetch frames are split by topic (`kafka_wire.topic_bytes`): Produce requests
+    by the topic sizes their processor measured while decoding them (`TopicFinish`; a request
+    it refused books to the empty topic), Fetch requests by a walk over their fields, and
+    responses by the sizes their encoders put in `TopicParts`. Fetch v13+ requests name topics
+    by id; `topic_name(id)` gives the name (it may be slow: names found are cached here), and
+    an id it does not know books to the empty topic, as its response entry, which answers
+    UNKNOWN_TOPIC_ID without a name, does.
+    """
 
     CHANNEL: Final = "kafka-client"
 
     def __init__(
         self,
         record: RecordTraffic,
+        record_topics: RecordTopicTraffic,
         node_zone: str,
         client_zone: Callable[[RequestHeader, ConnectionInfo], str],
+        topic_name: Callable[[bytes], str | None] = lambda topic_id: None,
     ) -> None:
         self._record = record
+        self._record_topics = record_topics
         self._zone = node_zone
         self._client_zone = client_zone
+        self._topic_name = topic_name
+        self._topic_names: dict[bytes, str] = {}
 
     def request_in(
-        self, header: RequestHeader, conn: ConnectionInfo, nbytes: int
+        self,
+        header: RequestHeader,
+        frame: bytearray,
+        conn: ConnectionInfo,
+        finish: Finish | None,
     ) -> tuple[str, str]:
         zone = self._client_zone(header, conn)
-        name = API_NAMES.get(header.api_key) or api_name(header.api_key)
-        self._record(zone, self._zone, self.CHANNEL, name, nbytes, 1)
+        key = header.api_key
+        name = API_NAMES.get(key) or api_name(key)
+        nbytes = 4 + len(frame)
+        if isinstance(finish, TopicFinish):
+            split = self._split(name, nbytes, finish.request_topics)
+            self._record_topics(zone, self._zone, self.CHANNEL, name, split, 1)
+        elif key == API_FETCH:
+            split = self._split(name, nbytes, self._fetch_entries(header, frame))
+            self._record_topics(zone, self._zone, self.CHANNEL, name, split, 1)
+        else:
+            self._record(zone, self._zone, self.CHANNEL, name, nbytes, 1)
         return zone, name
 
-    def response_out(self, token: tuple[str, str], nbytes: int) -> None:
+    def response_out(self, token: tuple[str, str], parts: Sequence[Buffer]) -> None:
         zone, name = token
-        self._record(self._zone, zone, self.CHANNEL, name, nbytes, 1)
+        nbytes = _frame_bytes(parts)
+        if isinstance(parts, TopicParts):
+            split = self._split(name, nbytes, parts.topic_bytes)
+            self._record_topics(self._zone, zone, self.CHANNEL, name, split, 1)
+        else:
+            self._record(self._zone, zone, self.CHANNEL, name, nbytes, 1)
+
+    @staticmethod
+    def _split(name: str, nbytes: int, entries: TopicBytes) -> Sequence[tuple[str, int]]:
+        try:
+            return split_frame(nbytes, entries)
+        except ValueError:  # a bug in a codec: never worth a client's connection
+            log.exception("%s frame: topic sizes do not fit the frame of %d bytes", name, nbytes)
+            return ((NO_TOPIC, nbytes),)
+
+    def _fetch_entries(self, header: RequestHeader, frame: bytearray) -> TopicBytes:
+        """The Fetch request's topic entries; none when it is malformed (its processor closes
+        the connection) or older than the walk knows."""
+        if header.api_version < 4:
+            return []
+        try:
+            return fetch_request_entries(header.api_version, frame, header.size, self._name_of)
+        except (ValueError, IndexError, struct.error):
+            return []
+
+    def _name_of(self, topic_id: bytes) -> str | None:
+        name = self._topic_names.get(topic_id)
+        if name is None:
+            name = self._topic_name(topic_id)
+            if name is not None:
+                # Ids are never reused, so a name found stays right; unknown ids (which come
+                # from clients) are not kept. Bounded all the same.
+                if len(self._topic_names) >= MAX_CACHED_TOPIC_IDS:
+                    self._topic_names.clear()
+                self._topic_names[topic_id] = name
+        return name
 
 
 def _frame_bytes(parts: Sequence[Buffer]) -> int:
@@ -152,10 +240,16 @@ async def serve_connection(
                         break
                     try:
                         header = parse_request_header(frame)
+                        try:
+                            finish = processor.begin(header, frame, conn)
+                        except BaseException:
+                            if meter is not None:  # a refused request's bytes still count
+                                meter.request_in(header, frame, conn, None)
+                            raise
                         token = None
                         if meter is not None:
-                            token = meter.request_in(header, conn, 4 + len(frame))
-                        finish = processor.begin(header, frame, conn)
+                            # After begin: the processor has measured the request's topics.
+                            token = meter.request_in(header, frame, conn, finish)
                     except (MalformedRequest, CloseConnection) as exc:
                         log.warning(
                             "closing %s:%s: %s",
@@ -205,4 +299,4 @@ async def _write_responses(
             if slot.parts is not None:
                 await send_frame(stream, slot.parts)
                 if meter is not None:
-                    meter.response_out(slot.token, _frame_bytes(slot.parts))
+                    meter.response_out(slot.token, slot.parts)

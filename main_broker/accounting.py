@@ -3,6 +3,7 @@ with proxies and other mains, and its shared-WAL I/O (the wiring of `telemetry.N
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import trio
@@ -60,9 +61,15 @@ def _zone_map(cfg: BrokerConfig) -> ZoneMap:
 
 
 class MainTraffic:
-    """The meters a main hands to its Kafka listener, RPC server and WAL file system."""
+    """The meters a main hands to its Kafka listener, RPC server and WAL file system.
+    `topic_name(id)` names a topic by its id (Fetch v13+ requests are booked by topic)."""
 
-    def __init__(self, cfg: BrokerConfig, registry: MetricsRegistry) -> None:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        registry: MetricsRegistry,
+        topic_name: Callable[[bytes], str | None] = lambda topic_id: None,
+    ) -> None:
         self.node = NodeTraffic(
             registry,
             f"main-{cfg.node_id}",
@@ -79,7 +86,9 @@ class MainTraffic:
             _zone_map(cfg), cfg.cidrs, on_unknown=lambda source: unknown.labels(source).inc()
         )
         self.client_zones = ClientZones(resolver)
-        self.kafka = KafkaTrafficMeter(self.node.record, cfg.zone, self.client_zones)
+        self.kafka = KafkaTrafficMeter(
+            self.node.record, self.node.record_topics, cfg.zone, self.client_zones, topic_name
+        )
         node_zones = dict(cfg.peer_zones)
         node_zones.update((m.node_id, m.zone) for m in cfg.mains)
         self.rpc = RpcTrafficMeter(self.node.record, cfg.zone, node_zones)

@@ -17,10 +17,11 @@ from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
     decode_produce_request,
-    encode_produce_response,
+    produce_response_parts,
 )
 from kafka_wire.leader_hints import fill_produce_hints
-from kafka_wire.server_loop import CloseConnection, Finish
+from kafka_wire.server_loop import Buffer, CloseConnection
+from kafka_wire.topic_bytes import TopicFinish
 from main_broker.append import PendingAppends, append_partition, may_append
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("zonefleet.main_broker.produce")
 
 
-def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> Finish:
+def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
     try:
         req = decode_produce_request(header.api_version, memoryview(frame), header.size)
@@ -71,21 +72,22 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
             if result.error_code != ErrorCode.none:
                 metrics.request_errors.labels("Produce", ErrorCode(result.error_code).name).inc()
     pending.start(broker)
+    # The size of each topic's entry, for the traffic accounting's split by topic.
+    request_topics = [(topic.name, topic.nbytes) for topic in req.topics]
 
     if req.acks == 0:
 
         async def no_response() -> Sequence[bytes] | None:
             return None
 
-        return no_response
+        return TopicFinish(no_response, request_topics)
 
-    async def respond() -> Sequence[bytes]:
+    async def respond() -> Sequence[Buffer]:
         await pending.wait(req.timeout_ms / 1000)
         endpoints = fill_produce_hints(header.api_version, topics_out, broker.leader_hints(ctx))
-        return [
-            encode_produce_response(
-                header.api_version, header.correlation_id, topics_out, node_endpoints=endpoints
-            )
-        ]
+        # Frame parts that carry each topic's size, for per-topic traffic accounting.
+        return produce_response_parts(
+            header.api_version, header.correlation_id, topics_out, node_endpoints=endpoints
+        )
 
-    return respond
+    return TopicFinish(respond, request_topics)

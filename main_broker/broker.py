@@ -29,6 +29,7 @@ from kafka_wire.codec import (
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.rpc import RpcPeer, RpcServer
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
+from kafka_wire.topic_bytes import TopicFinish
 from main_broker import (
     api_cluster,
     api_configs,
@@ -134,7 +135,7 @@ class MainBroker:
         self.config = config
         self.registry = registry or MetricsRegistry()
         self.metrics = BrokerMetrics.create(self.registry)
-        self.traffic = MainTraffic(config, self.registry)
+        self.traffic = MainTraffic(config, self.registry, self._topic_name)
         self.versions = advertised_versions()
         self.storage_failed = False
         self.ready = False
@@ -496,7 +497,7 @@ class MainBroker:
                 finally:
                     latency.observe(time.perf_counter() - started)
 
-            return timed_produce
+            return TopicFinish(timed_produce, finish.request_topics)
         try:
             request = decode_request(header, frame)
         except MalformedRequest as exc:
@@ -533,6 +534,11 @@ class MainBroker:
                 data = self.zone_view.rewrite(key, data, zone)
         response = build_response(key, header.api_version, data)
         return [encode_response(header, response)]
+
+    def _topic_name(self, topic_id: bytes) -> str | None:
+        """The name of the topic with this id, if this main holds it (traffic accounting)."""
+        state = self.store.topics_by_id.get(topic_id)
+        return state.name if state is not None else None
 
     def client_zone(self, ctx: RequestContext) -> str | None:
         """The zone whose view a client gets, or None for the untouched view: without zone

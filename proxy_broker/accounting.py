@@ -3,6 +3,7 @@ that reached this listener is in its zone), its RPC to the mains and its shared-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -20,9 +21,15 @@ __all__ = ["ProxyTraffic"]
 
 
 class ProxyTraffic:
-    """The meters a proxy hands to its Kafka listener, RPC clients and WAL file system."""
+    """The meters a proxy hands to its Kafka listener, RPC clients and WAL file system.
+    `topic_name(id)` names a topic by its id (Fetch v13+ requests are booked by topic)."""
 
-    def __init__(self, cfg: ProxyConfig, registry: MetricsRegistry) -> None:
+    def __init__(
+        self,
+        cfg: ProxyConfig,
+        registry: MetricsRegistry,
+        topic_name: Callable[[bytes], str | None] = lambda topic_id: None,
+    ) -> None:
         self.zone = cfg.zone
         self.node = NodeTraffic(
             registry,
@@ -31,7 +38,9 @@ class ProxyTraffic:
             data_dir=cfg.data_dir,
             storage_zone=cfg.storage_zone,
         )
-        self.kafka = KafkaTrafficMeter(self.node.record, cfg.zone, self._client_zone)
+        self.kafka = KafkaTrafficMeter(
+            self.node.record, self.node.record_topics, cfg.zone, self._client_zone, topic_name
+        )
         self.rpc = RpcTrafficMeter(
             self.node.record, cfg.zone, {m.node_id: m.zone for m in cfg.mains}
         )

@@ -90,7 +90,7 @@ class ProxyBroker:
         self.config = config
         self.registry = registry or MetricsRegistry()
         self.metrics = BrokerMetrics.create(self.registry)
-        self.traffic = ProxyTraffic(config, self.registry)
+        self.traffic = ProxyTraffic(config, self.registry, self.topic_name)
         self.ready = False
         self.bound_port: int | None = None
         self.started_at = time.time()
@@ -351,6 +351,14 @@ class ProxyBroker:
             topic = mirror.topics.get(name)
             if topic is not None:
                 return self._leader_view(topic)
+        return None
+
+    def topic_name(self, topic_id: bytes) -> str | None:
+        """The name of the topic with this id in any mirror (traffic accounting caches it)."""
+        for mirror in self.mirrors.values():
+            for topic in mirror.topics.values():
+                if topic.topic_id == topic_id:
+                    return topic.name
         return None
 
     def topic_by_id(self, topic_id: bytes) -> MirrorTopic | None:

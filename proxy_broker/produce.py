@@ -19,11 +19,12 @@ from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
     decode_produce_request,
-    encode_produce_response,
+    produce_response_parts,
 )
 from kafka_wire.leader_hints import fill_produce_hints
 from kafka_wire.record_batch import InvalidBatch, validate_produce_records
-from kafka_wire.server_loop import Buffer, CloseConnection, Finish
+from kafka_wire.server_loop import Buffer, CloseConnection
+from kafka_wire.topic_bytes import TopicFinish
 from proxy_broker.confirm_pipe import ConfirmRequest
 from shared_wal import AppendTicket, RecordType, WalError
 
@@ -47,7 +48,7 @@ class _Prepared:
         self.payloads: list[memoryview] = []
 
 
-def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> Finish:
+def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
     try:
         req = decode_produce_request(header.api_version, memoryview(frame), header.size)
@@ -117,13 +118,13 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
         # Failures the main answered, or a main this proxy cannot reach: KIP-951 hints in
         # this zone's view (the zone's main or this proxy), as Metadata through it shows.
         endpoints = fill_produce_hints(header.api_version, topics_out, proxy.leader_hints)
-        return [
-            encode_produce_response(
-                header.api_version, header.correlation_id, topics_out, node_endpoints=endpoints
-            )
-        ]
+        # Frame parts that carry each topic's size, for per-topic traffic accounting.
+        return produce_response_parts(
+            header.api_version, header.correlation_id, topics_out, node_endpoints=endpoints
+        )
 
-    return respond
+    # The size of each topic's entry, for the traffic accounting's split by topic.
+    return TopicFinish(respond, [(topic.name, topic.nbytes) for topic in req.topics])
 
 
 async def _prepare(proxy: ProxyBroker, share: _Prepared) -> None:

@@ -50,8 +50,9 @@ class NodeTraffic:
         self.flush_interval_s = flush_interval_s
         self.sink = DailyJsonlTrafficSink(data_dir, node) if data_dir is not None else None
         self.accounting = TrafficAccounting(registry, node, self.sink, clock=clock)
-        # The bound method, so hot paths skip one attribute lookup.
+        # The bound methods, so hot paths skip one attribute lookup.
         self.record = self.accounting.record
+        self.record_topics = self.accounting.record_topics
         self._limiter = trio.CapacityLimiter(1)
 
     def wal_io(self, op: str, nbytes: int) -> None:

@@ -1,4 +1,5 @@
-"""Traffic accounting: bytes and requests by (from zone, to zone, channel, api).
+"""Traffic accounting: bytes and requests by (from zone, to zone, channel, api), and in the
+ledger also by topic.
 
 Every record bumps two Prometheus counters and a per-minute aggregate. `flush` closes the
 minutes that have ended and hands their rows to a sink (JSON Lines on disk, see
@@ -6,7 +7,12 @@ minutes that have ended and hands their rows to a sink (JSON Lines on disk, see
 keys in this order; docs/formats.md "Traffic accounting" is the reference)::
 
     {"minute":"2026-11-22T10:31:00Z","node":"main-1","from_zone":"az1","to_zone":"az2",
-     "channel":"confirm-rpc","api":"confirm","bytes":1234,"requests":10,"cross_zone":true}
+     "channel":"confirm-rpc","api":"confirm","topic":"","bytes":1234,"requests":10,
+     "cross_zone":true}
+
+`topic` is empty except on the rows of frames split by topic (`record_topics`: Kafka Produce
+and Fetch). The Prometheus counters keep the four labels above: the topic rows of one key add
+into the same counter, so the label set stays small.
 
 `record` may be called from worker threads (the shared-WAL hook runs there): a plain lock
 guards the per-key totals, which costs far less than the request it counts.
@@ -17,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -36,6 +42,7 @@ __all__ = [
     "CHANNEL_STATE_STREAM",
     "CHANNEL_WAL_READ",
     "CHANNEL_WAL_WRITE",
+    "NO_TOPIC",
     "PSEUDO_ZONES",
     "REGIONAL_ZONE",
     "UNKNOWN_ZONE",
@@ -44,6 +51,8 @@ __all__ = [
     "TrafficSink",
     "minute_iso",
 ]
+
+NO_TOPIC: Final = ""
 
 log = logging.getLogger("zonefleet.telemetry")
 
@@ -90,15 +99,25 @@ class TrafficSink(Protocol):
     def write(self, rows: list[dict[str, Any]]) -> None: ...
 
 
-class _Slot:
-    """Per-key state: the cached counter children and the open minute's totals."""
+# The open minute's totals are kept per (TrafficKey, topic): a ledger row.
+RowKey = tuple[TrafficKey, str]
 
-    __slots__ = ("bytes", "bytes_child", "key", "requests", "requests_child")
+
+class _Slot:
+    """Per-row state: the key's cached counter children (shared by every topic of the key)
+    and the open minute's totals."""
+
+    __slots__ = ("bytes", "bytes_child", "key", "requests", "requests_child", "topic")
 
     def __init__(
-        self, key: TrafficKey, bytes_child: CounterChild, requests_child: CounterChild
+        self,
+        key: TrafficKey,
+        topic: str,
+        bytes_child: CounterChild,
+        requests_child: CounterChild,
     ) -> None:
         self.key = key
+        self.topic = topic
         self.bytes_child = bytes_child
         self.requests_child = requests_child
         self.bytes = 0
@@ -134,11 +153,11 @@ class TrafficAccounting:
             "Requests (messages) sent, by source zone, destination zone, channel and API.",
             TRAFFIC_LABELS,
         )
-        self._slots: dict[tuple[str, str, str, str], _Slot] = {}
+        self._slots: dict[tuple[str, str, str, str, str], _Slot] = {}
         self._lock = threading.Lock()
         self._minute = int(clock() // 60)
-        # Minutes that ended but were not flushed yet: minute -> {key: (bytes, requests)}.
-        self._closed: dict[int, dict[TrafficKey, tuple[int, int]]] = {}
+        # Minutes that ended but were not flushed yet: minute -> {row key: (bytes, requests)}.
+        self._closed: dict[int, dict[RowKey, tuple[int, int]]] = {}
         self._unwritten: list[dict[str, Any]] = []
 
     def record(
@@ -149,6 +168,7 @@ class TrafficAccounting:
         api: str,
         nbytes: int,
         requests: int = 1,
+        topic: str = NO_TOPIC,
     ) -> None:
         """Count `requests` requests totalling `nbytes` bytes sent from `from_zone` to `to_zone`.
 
@@ -161,36 +181,78 @@ class TrafficAccounting:
             # A clock stepping backwards is charged to the open minute rather than reopening one.
             if minute > self._minute:
                 self._roll(minute)
-            slot = self._slots.get((from_zone, to_zone, channel, api))
+            slot = self._slots.get((from_zone, to_zone, channel, api, topic))
             if slot is None:
-                slot = self._new_slot(from_zone, to_zone, channel, api)
+                slot = self._new_slot(from_zone, to_zone, channel, api, topic)
             slot.bytes += nbytes
             slot.requests += requests
             slot.bytes_child.inc(nbytes)
             slot.requests_child.inc(requests)
 
+    def record_topics(
+        self,
+        from_zone: str,
+        to_zone: str,
+        channel: str,
+        api: str,
+        topic_bytes: Sequence[tuple[str, int]],
+        requests: int = 1,
+    ) -> None:
+        """Count one message split by topic: each (topic, bytes) of `topic_bytes` to its
+        topic's row, `requests` to the first topic's row only (so requests still count
+        messages), and the sums to the key's Prometheus counters. Thread-safe.
+        """
+        total = 0
+        for _, nbytes in topic_bytes:
+            if nbytes < 0:
+                raise ValueError("traffic counts only go up")
+            total += nbytes
+        if requests < 0:
+            raise ValueError("traffic counts only go up")
+        if not topic_bytes:
+            topic_bytes = ((NO_TOPIC, 0),)
+        minute = int(self._clock() // 60)
+        slots = self._slots
+        with self._lock:
+            if minute > self._minute:
+                self._roll(minute)
+            first: _Slot | None = None
+            for topic, nbytes in topic_bytes:
+                slot = slots.get((from_zone, to_zone, channel, api, topic))
+                if slot is None:
+                    slot = self._new_slot(from_zone, to_zone, channel, api, topic)
+                slot.bytes += nbytes
+                if first is None:
+                    first = slot
+            assert first is not None
+            first.requests += requests
+            first.bytes_child.inc(total)
+            first.requests_child.inc(requests)
+
     def totals(self) -> dict[TrafficKey, tuple[int, int]]:
-        """Cumulative (bytes, requests) per key since start, as Prometheus exposes them."""
+        """Cumulative (bytes, requests) per key since start, as Prometheus exposes them (every
+        topic of a key together)."""
         with self._lock:
             return {
                 slot.key: (int(slot.bytes_child.value), int(slot.requests_child.value))
                 for slot in self._slots.values()
             }
 
-    def _new_slot(self, from_zone: str, to_zone: str, channel: str, api: str) -> _Slot:
-        values = (from_zone, to_zone, channel, api)
+    def _new_slot(self, from_zone: str, to_zone: str, channel: str, api: str, topic: str) -> _Slot:
+        labels = (from_zone, to_zone, channel, api)
         slot = _Slot(
-            TrafficKey(*values), self._bytes.labels(*values), self._requests.labels(*values)
+            TrafficKey(*labels), topic, self._bytes.labels(*labels), self._requests.labels(*labels)
         )
-        self._slots[values] = slot
+        self._slots[(*labels, topic)] = slot
         return slot
 
     def _roll(self, minute: int) -> None:
         """Move the open minute's totals to the closed set and open `minute`."""
-        totals: dict[TrafficKey, tuple[int, int]] = {}
+        totals: dict[RowKey, tuple[int, int]] = {}
         for slot in self._slots.values():
-            if slot.requests:
-                totals[slot.key] = (slot.bytes, slot.requests)
+            # Topic rows after the first of a frame carry bytes with no requests: kept too.
+            if slot.bytes or slot.requests:
+                totals[(slot.key, slot.topic)] = (slot.bytes, slot.requests)
                 slot.bytes = 0
                 slot.requests = 0
         if totals:
@@ -220,8 +282,9 @@ class TrafficAccounting:
         for m in sorted(closed):
             when = minute_iso(m)
             totals = closed[m]
-            for key in sorted(totals, key=_key_order):
-                nbytes, nreq = totals[key]
+            for row_key in sorted(totals, key=_row_order):
+                nbytes, nreq = totals[row_key]
+                key, topic = row_key
                 rows.append(
                     {
                         "minute": when,
@@ -230,6 +293,7 @@ class TrafficAccounting:
                         "to_zone": key.to_zone,
                         "channel": key.channel,
                         "api": key.api,
+                        "topic": topic,
                         "bytes": nbytes,
                         "requests": nreq,
                         "cross_zone": key.cross_zone,
@@ -309,5 +373,6 @@ class TrafficAccounting:
                     log.exception("traffic accounting: final flush of %s failed", self.node_id)
 
 
-def _key_order(key: TrafficKey) -> tuple[str, str, str, str]:
-    return (key.from_zone, key.to_zone, key.channel, key.api)
+def _row_order(row_key: RowKey) -> tuple[str, str, str, str, str]:
+    key, topic = row_key
+    return (key.from_zone, key.to_zone, key.channel, key.api, topic)

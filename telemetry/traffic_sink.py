@@ -116,7 +116,8 @@ class DailyJsonlTrafficSink:
 
 def read_traffic_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of one JSONL file, skipping (with a warning) lines torn by a crash: a last line
-    without its newline, and any line that is not a JSON object."""
+    without its newline, and any line that is not a JSON object. A row written before rows had
+    a topic gets ``"topic": ""`` after its ``api``."""
     rows: list[dict[str, Any]] = []
     lines = Path(path).read_bytes().split(b"\n")
     if lines[-1]:
@@ -131,8 +132,17 @@ def read_traffic_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if not isinstance(row, dict):
             log.warning("%s: skipping torn line %d", path, number)
             continue
-        rows.append(row)
+        rows.append(row if "topic" in row or "api" not in row else _with_empty_topic(row))
     return rows
+
+
+def _with_empty_topic(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        out[key] = value
+        if key == "api":
+            out["topic"] = ""
+    return out
 
 
 def iter_accounting_files(data_dir: str | os.PathLike[str]) -> Iterator[Path]:

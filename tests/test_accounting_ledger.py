@@ -17,6 +17,7 @@ from kafka_wire.codec import RequestHeader
 from kafka_wire.rpc import OnBytes, RpcClient, RpcPeer, RpcServer
 from kafka_wire.rpc_accounting import RpcTrafficMeter
 from kafka_wire.server_loop import ConnectionInfo
+from kafka_wire.topic_bytes import split_frame
 from main_broker.accounting import ClientZones
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
@@ -50,19 +51,44 @@ class Clock:
 
 
 def test_golden_jsonl_line(tmp_path: Path) -> None:
+    """The rows docs/formats.md shows: confirms (no topic), and a Produce request of 10,000
+    bytes split between its topic entries of 7,000 and 2,950 bytes."""
     clock = Clock(T0 + 12.5)
     sink = DailyJsonlTrafficSink(tmp_path, "proxy-102")
     ta = TrafficAccounting(MetricsRegistry(), "proxy-102", sink, clock=clock)
     ta.record("az2", "az1", "confirm-rpc", "confirm", 1234, 13)
     ta.record("az2", "az1", "confirm-rpc", "confirm", 66, 1)
+    split = split_frame(10_000, [("orders", 7_000), ("clicks", 2_950)])
+    ta.record_topics("az2", "az2", "kafka-client", "Produce", split, 1)
     assert ta.flush(now_s=T0 + 60) != []
     path = tmp_path / "accounting" / "dt=2026-11-22" / "proxy-102.jsonl"
     assert path == accounting_file(tmp_path, "proxy-102", "2026-11-22")
     assert path.read_bytes() == (
         b'{"minute":"2026-11-22T10:30:00Z","node":"proxy-102","from_zone":"az2",'
-        b'"to_zone":"az1","channel":"confirm-rpc","api":"confirm","bytes":1300,'
+        b'"to_zone":"az1","channel":"confirm-rpc","api":"confirm","topic":"","bytes":1300,'
         b'"requests":14,"cross_zone":true}\n'
+        b'{"minute":"2026-11-22T10:30:00Z","node":"proxy-102","from_zone":"az2",'
+        b'"to_zone":"az2","channel":"kafka-client","api":"Produce","topic":"clicks",'
+        b'"bytes":2965,"requests":0,"cross_zone":false}\n'
+        b'{"minute":"2026-11-22T10:30:00Z","node":"proxy-102","from_zone":"az2",'
+        b'"to_zone":"az2","channel":"kafka-client","api":"Produce","topic":"orders",'
+        b'"bytes":7035,"requests":1,"cross_zone":false}\n'
     )
+    docs = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
+    for line in path.read_text().splitlines():
+        assert f"\n{line}\n" in docs, line
+
+
+def test_rows_without_a_topic_read_as_the_empty_topic(tmp_path: Path) -> None:
+    old = (
+        b'{"minute":"2026-11-22T10:30:00Z","node":"main-1","from_zone":"az1","to_zone":"az1",'
+        b'"channel":"kafka-client","api":"Fetch","bytes":10,"requests":1,"cross_zone":false}\n'
+    )
+    path = tmp_path / "main-1.jsonl"
+    path.write_bytes(old)
+    (row,) = read_traffic_rows(path)
+    assert list(row)[5:8] == ["api", "topic", "bytes"]
+    assert row["topic"] == ""
 
 
 def test_pseudo_zones_never_cross() -> None:

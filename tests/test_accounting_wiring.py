@@ -1,5 +1,7 @@
 """Traffic accounting wired into real nodes: a main in az1 and a proxy in az2 on one shared WAL,
-a real client producing through the proxy at ~64 KiB batches (issue 3, test 3)."""
+a real client producing through the proxy at ~64 KiB batches (issue 3, test 3), and the
+ledger's rows by topic (issue 10): clients producing to two topics through the proxy and
+straight to the main, and consuming through the proxy."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from main_broker.broker import MainBroker
@@ -51,6 +53,7 @@ ROW_FIELDS = [
     "to_zone",
     "channel",
     "api",
+    "topic",
     "bytes",
     "requests",
     "cross_zone",
@@ -236,3 +239,121 @@ async def test_no_payload_crosses_zones(fleet: Fleet) -> None:
             nbytes, requests = summed[key]
             summed[key] = (nbytes + row["bytes"], requests + row["requests"])
         assert summed == final
+
+
+def _produce_two_topics(
+    bootstrap: str, client_id: str, sizes: dict[str, int], count: int
+) -> dict[str, int]:
+    """Produces `count` values to each topic of `sizes` (value bytes per topic), interleaved so
+    that requests carry both topics; returns the payload bytes per topic."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 16 * 1024,
+            "compression.type": "none",
+        }
+    )
+    sent: dict[str, int] = defaultdict(int)
+    for i in range(count):
+        for topic, size in sizes.items():
+            while True:
+                try:
+                    producer.produce(topic, bytes([i % 256]) * size, partition=i % 2)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent[topic] += size
+    assert producer.flush(60) == 0
+    return dict(sent)
+
+
+def _consume(bootstrap: str, client_id: str, counts: dict[str, int]) -> dict[str, int]:
+    """Reads `counts` records from each topic (both partitions, from the start); returns the
+    value bytes read per topic."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "group.id": f"acct-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in counts for p in (0, 1)])
+    got: dict[str, int] = defaultdict(int)
+    seen: dict[str, int] = defaultdict(int)
+    deadline = time.monotonic() + 60
+    try:
+        while any(seen[t] < n for t, n in counts.items()) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            topic = message.topic()
+            seen[topic] += 1
+            got[topic] += len(message.value() or b"")
+    finally:
+        consumer.close()
+    assert dict(seen) == counts
+    return dict(got)
+
+
+async def test_topic_rows_split_frames_without_changing_totals(fleet: Fleet) -> None:
+    tag = uuid.uuid4().hex[:8]
+    sizes = {f"orders-{tag}": 1000, f"clicks-{tag}": 300}
+    proxy_bootstrap = f"127.0.0.1:{fleet.proxy.bound_port}"
+    main_bootstrap = f"127.0.0.1:{fleet.main.bound_port}"
+
+    def work() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        admin = AdminClient({"bootstrap.servers": proxy_bootstrap, "client.id": "zone=az2"})
+        for future in admin.create_topics([NewTopic(t, 2, 1) for t in sizes]).values():
+            future.result(timeout=20)
+        via_proxy = _produce_two_topics(proxy_bootstrap, "zone=az2", sizes, 2000)
+        direct = _produce_two_topics(main_bootstrap, "zone=az1", sizes, 1000)
+        read = _consume(proxy_bootstrap, "zone=az2", {t: 3000 for t in sizes})
+        return via_proxy, direct, read
+
+    via_proxy, direct, read = await trio.to_thread.run_sync(work)
+    await fleet.stop()
+    files = list(iter_accounting_files(fleet.data_dir))
+    for name, ledger, zone in (
+        ("proxy-102", fleet.proxy.traffic.node.accounting, "az2"),
+        ("main-1", fleet.main.traffic.node.accounting, "az1"),
+    ):
+        final = ledger.totals()
+        rows = [row for f in files if f.stem == name for row in read_traffic_rows(f)]
+        assert rows and all(list(row) == ROW_FIELDS for row in rows)
+        # The topic rows of a key add up to its Prometheus counters, so a plain sum over all
+        # rows is the node's total, as it was before rows had topics.
+        summed: dict[TrafficKey, tuple[int, int]] = defaultdict(lambda: (0, 0))
+        for row in rows:
+            key = TrafficKey(row["from_zone"], row["to_zone"], row["channel"], row["api"])
+            nbytes, requests = summed[key]
+            summed[key] = (nbytes + row["bytes"], requests + row["requests"])
+        assert summed == final
+        assert sum(row["bytes"] for row in rows) == sum(b for b, _ in final.values())
+        # Only Produce and Fetch from Kafka clients have topics, and every one of their frames
+        # named a topic this node knows (Fetch v13+ by id).
+        by_topic: dict[tuple[str, str, str], int] = defaultdict(int)
+        for row in rows:
+            topical = row["channel"] == "kafka-client" and row["api"] in ("Produce", "Fetch")
+            assert (row["topic"] != "") == topical, row
+            if topical:
+                by_topic[(row["from_zone"], row["api"], row["topic"])] += row["bytes"]
+        produced = via_proxy if name == "proxy-102" else direct
+        for topic, payload in produced.items():
+            assert by_topic[(zone, "Produce", topic)] >= payload, (name, topic)
+            # The answers are small, but each topic had its share of them.
+            assert 0 < by_topic[(zone, "Produce", topic)] - payload
+        print(f"\n{name}: " + ", ".join(f"{k}={v}" for k, v in sorted(by_topic.items())))
+    # The consumer read every record of both topics through the proxy: Fetch responses
+    # (from the proxy's zone to the client's, also az2) carry at least their payload.
+    proxy_rows = [row for f in files if f.stem == "proxy-102" for row in read_traffic_rows(f)]
+    for topic, payload in read.items():
+        fetched = sum(
+            row["bytes"]
+            for row in proxy_rows
+            if (row["api"], row["topic"], row["from_zone"]) == ("Fetch", topic, "az2")
+        )
+        assert fetched >= payload == via_proxy[topic] + direct[topic]
