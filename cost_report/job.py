@@ -115,6 +115,13 @@ def run_args(args: argparse.Namespace, prog: str = "cost-report") -> int:
     except PriceSheetError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    if args.flow_logs and not args.zones:
+        print(
+            f"{prog}: --flow-logs needs --zones (the fleet TOML, or az1=10.0.0.0/20,...): "
+            "flow logs name addresses, the zone map places them",
+            file=sys.stderr,
+        )
+        return 2
     if args.date_from and args.date_to and args.date_from > args.date_to:
         print(f"{prog}: --from {args.date_from} is after --to {args.date_to}", file=sys.stderr)
         return 2

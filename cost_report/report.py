@@ -84,9 +84,6 @@ def run_report(
     _write_rows(spark, daily_rows, out / "cost_daily")
 
     rejected_rows = _rejected_rows(spark, plan, rejected)
-    _write_rows(
-        spark, [{**r, "dt": r["dt"] or "unknown"} for r in rejected_rows], out / "rejected_rows"
-    )
 
     sources = [
         {
@@ -106,6 +103,9 @@ def run_report(
 
         warnings += add_comparisons(spark, inputs, sources, rejected_rows, out)
     _write_rows(spark, sources, out / "sources_daily")
+    _write_rows(
+        spark, [{**r, "dt": r["dt"] or "unknown"} for r in rejected_rows], out / "rejected_rows"
+    )
 
     progress("collecting the figures for the summary")
     channel_rows = _collect(
@@ -302,8 +302,9 @@ def _rejected_rows(
             }
         )
     for f, why in plan.rejected:
+        rows = spark.read.text(f.path).count()  # rare: a person wants to know how much
         out.append(
-            {"source": f.path, "dt": f.dt, "line": None, "lines": "", "reason": why, "rows": -1}
+            {"source": f.path, "dt": f.dt, "line": None, "lines": "", "reason": why, "rows": rows}
         )
     return out
 
