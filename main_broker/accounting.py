@@ -12,12 +12,9 @@ from kafka_wire.codec import RequestHeader
 from kafka_wire.rpc_accounting import RpcTrafficMeter
 from kafka_wire.server_loop import ConnectionInfo, KafkaTrafficMeter
 from main_broker.config import BrokerConfig
-from s3_commit import request_class
-from s3_commit.ledger_uploads import LedgerUploads
+from s3_commit.node_ledger import NodeLedger
 from shared_wal import set_io_hook
 from telemetry import (
-    CHANNEL_S3_GET,
-    CHANNEL_S3_PUT,
     UNKNOWN_ZONE,
     MetricsRegistry,
     NodeTraffic,
@@ -92,45 +89,26 @@ class MainTraffic:
         node_zones = dict(cfg.peer_zones)
         node_zones.update((m.node_id, m.zone) for m in cfg.mains)
         self.rpc = RpcTrafficMeter(self.node.record, cfg.zone, node_zones)
-        self.config = cfg
-        self.registry = registry
-        self.uploads: LedgerUploads | None = None
+        self.ledger = NodeLedger(
+            self.node,
+            registry,
+            object_store_url=cfg.object_store_url,
+            data_dir=cfg.data_dir,
+            upload_interval_s=cfg.ledger_upload_interval_s,
+        )
 
     def attach_wal(self, fs: Any) -> None:
         """Count every WAL read and write this node makes on `fs`."""
         set_io_hook(fs, self.node.wal_io)
 
     def s3_request(self, op: str, nbytes: int) -> None:
-        """A request of the ledger uploads' object store: PUT-class requests go to the
-        storage zone, GET-class ones come from it (as the object tier books its own)."""
-        node = self.node
-        if request_class(op) == "put":
-            node.record(node.zone, node.storage_zone, CHANNEL_S3_PUT, op, nbytes)
-        else:
-            node.record(node.storage_zone, node.zone, CHANNEL_S3_GET, op, nbytes)
+        """An object-store request of this node (see NodeLedger.s3_request)."""
+        self.ledger.s3_request(op, nbytes)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The JSONL flusher and, with an object store, the ledger uploads (a pass at start,
-        then every `ledger_upload_interval_s`), as tasks of the node's nursery."""
-        cfg = self.config
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.node.run)
-            if cfg.object_store_url is not None and cfg.data_dir is not None:
-                self.uploads = await LedgerUploads.open(
-                    cfg.object_store_url,
-                    cfg.data_dir,
-                    self.node.node,
-                    self.node.flush,
-                    interval_s=cfg.ledger_upload_interval_s,
-                    traffic_hook=self.s3_request,
-                    registry=self.registry,
-                )
-                await nursery.start(self.uploads.run)
-            task_status.started()
+        """The ledger's flusher and uploads, as tasks of the node's nursery."""
+        await self.ledger.run(task_status=task_status)
 
     async def aclose(self) -> None:
-        """The final flush, once the node's other tasks have stopped, then the last (bounded)
-        ledger upload."""
-        await self.node.aclose()
-        if self.uploads is not None:
-            await self.uploads.final_upload()
+        """The final flush and upload, once the node's other tasks have stopped."""
+        await self.ledger.aclose()

@@ -12,10 +12,9 @@ from kafka_wire.codec import RequestHeader
 from kafka_wire.rpc_accounting import RpcTrafficMeter
 from kafka_wire.server_loop import ConnectionInfo, KafkaTrafficMeter
 from proxy_broker.config import ProxyConfig
-from s3_commit import request_class
-from s3_commit.ledger_uploads import LedgerUploads
+from s3_commit.node_ledger import NodeLedger
 from shared_wal import set_io_hook
-from telemetry import CHANNEL_S3_GET, CHANNEL_S3_PUT, MetricsRegistry, NodeTraffic
+from telemetry import MetricsRegistry, NodeTraffic
 
 __all__ = ["ProxyTraffic"]
 
@@ -44,48 +43,29 @@ class ProxyTraffic:
         self.rpc = RpcTrafficMeter(
             self.node.record, cfg.zone, {m.node_id: m.zone for m in cfg.mains}
         )
-        self.config = cfg
-        self.registry = registry
-        self.uploads: LedgerUploads | None = None
+        self.ledger = NodeLedger(
+            self.node,
+            registry,
+            object_store_url=cfg.object_store_url,
+            data_dir=cfg.data_dir,
+            upload_interval_s=cfg.ledger_upload_interval_s,
+        )
 
     def _client_zone(self, header: RequestHeader, conn: ConnectionInfo) -> str:
         return self.zone
-
-    def s3_request(self, op: str, nbytes: int) -> None:
-        """An object-store request: reads of objects come from the storage zone, the ledger
-        uploads' puts go to it."""
-        node = self.node
-        if request_class(op) == "put":
-            node.record(self.zone, node.storage_zone, CHANNEL_S3_PUT, op, nbytes)
-        else:
-            node.record(node.storage_zone, self.zone, CHANNEL_S3_GET, op, nbytes)
 
     def attach_wal(self, fs: Any) -> None:
         """Count every WAL read and write this node makes on `fs`."""
         set_io_hook(fs, self.node.wal_io)
 
+    def s3_request(self, op: str, nbytes: int) -> None:
+        """An object-store request of this node (see NodeLedger.s3_request)."""
+        self.ledger.s3_request(op, nbytes)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The JSONL flusher and, with an object store, the ledger uploads (a pass at start,
-        then every `ledger_upload_interval_s`), as tasks of the node's nursery."""
-        cfg = self.config
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.node.run)
-            if cfg.object_store_url is not None and cfg.data_dir is not None:
-                self.uploads = await LedgerUploads.open(
-                    cfg.object_store_url,
-                    cfg.data_dir,
-                    self.node.node,
-                    self.node.flush,
-                    interval_s=cfg.ledger_upload_interval_s,
-                    traffic_hook=self.s3_request,
-                    registry=self.registry,
-                )
-                await nursery.start(self.uploads.run)
-            task_status.started()
+        """The ledger's flusher and uploads, as tasks of the node's nursery."""
+        await self.ledger.run(task_status=task_status)
 
     async def aclose(self) -> None:
-        """The final flush, once the node's other tasks have stopped, then the last (bounded)
-        ledger upload."""
-        await self.node.aclose()
-        if self.uploads is not None:
-            await self.uploads.final_upload()
+        """The final flush and upload, once the node's other tasks have stopped."""
+        await self.ledger.aclose()

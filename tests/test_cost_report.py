@@ -288,46 +288,36 @@ def test_overlapping_upload_is_rejected_whole(spark: Any, tmp_path: Path) -> Non
     )
 
 
+def run_job_process(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The job as spark-submit or a user starts it (only argument errors are tested this way:
+    they end before Spark starts)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cost_report.job",
+            "--accounting",
+            str(tmp_path / "accounting"),
+            "--out",
+            str(tmp_path / "out"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_a_price_sheet_typo_names_file_and_line(tmp_path: Path) -> None:
     sheet = tmp_path / "prices.toml"
     sheet.write_text("inter_az_usd_per_gb_each_side = 0.01\ns3_put_usd_per_100 = 0.005\n")
     golden_ledger(tmp_path / "accounting")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cost_report.job",
-            "--accounting",
-            str(tmp_path / "accounting"),
-            "--out",
-            str(tmp_path / "out"),
-            "--prices",
-            str(sheet),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_job_process(tmp_path, "--prices", str(sheet))
     assert proc.returncode == 2
     assert f"{sheet}:2: unknown price 's3_put_usd_per_100'" in proc.stderr
     assert "did you mean 's3_put_usd_per_1000'" in proc.stderr
     sheet.write_text('[prices]\nretention_days = "seven"\n')
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cost_report.job",
-            "--accounting",
-            str(tmp_path / "accounting"),
-            "--out",
-            str(tmp_path / "out"),
-            "--prices",
-            str(sheet),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_job_process(tmp_path, "--prices", str(sheet))
     assert proc.returncode == 2 and f"{sheet}:2: retention_days must be a float" in proc.stderr
 
 
@@ -369,9 +359,8 @@ def test_cli_without_pyspark_says_how_to_install(tmp_path: Path) -> None:
 def test_flow_logs_and_cur_beside_the_ledger(spark: Any, tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from pyspark.sql import types as T
-
     from cost_report.flow_logs import flow_records, write_flow_log
+    from tests.test_cost_report_inputs import _write_cur as write_cur
 
     golden_ledger(tmp_path / "accounting")
     start = int(datetime.fromisoformat(f"{D1}T10:30:00+00:00").timestamp())
@@ -380,24 +369,16 @@ def test_flow_logs_and_cur_beside_the_ledger(spark: Any, tmp_path: Path) -> None
     records += flow_records("10.1.0.7", "10.1.0.8", 999, start, start + 60, "use1-az1", None)
     write_flow_log(tmp_path / "flows" / "f.log.gz", records)
     (tmp_path / "flows" / "bad.log").write_text("version srcaddr\n2 10.0.0.1 extra\n")
-    cur = tmp_path / "cur"
-    schema = T.StructType(
-        [
-            T.StructField("line_item_usage_type", T.StringType()),
-            T.StructField("line_item_usage_amount", T.DoubleType()),
-            T.StructField("line_item_unblended_cost", T.DoubleType()),
-            T.StructField("line_item_resource_id", T.StringType()),
-            T.StructField("line_item_usage_start_date", T.TimestampType()),
-        ]
-    )
     when = datetime(2026, 11, 23, 1, tzinfo=UTC)
-    spark.createDataFrame(
+    regional = "USE1-DataTransfer-Regional-Bytes"
+    cur = write_cur(
+        spark,
+        tmp_path / "cur",
         [
-            ("USE1-DataTransfer-Regional-Bytes", 2.0, 0.02, "i-fleet", when),
-            ("USE1-DataTransfer-Regional-Bytes", 9.0, 0.09, "i-other", when),
+            (regional, 2.0, 0.02, "i-fleet", when, {}, "InterZone-Out"),
+            (regional, 9.0, 0.09, "i-other", when, {}, "InterZone-Out"),
         ],
-        schema,
-    ).write.parquet(str(cur))
+    )
     zones = "az1:use1-az1=10.1.0.0/16,az2:use1-az2=10.2.0.0/16"
     s = run_job(
         spark,
@@ -420,20 +401,5 @@ def test_flow_logs_and_cur_beside_the_ledger(spark: Any, tmp_path: Path) -> None
 
 
 def test_flow_logs_without_a_zone_map_is_refused(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cost_report.job",
-            "--accounting",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "out"),
-            "--flow-logs",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_job_process(tmp_path, "--flow-logs", str(tmp_path))
     assert proc.returncode == 2 and "--flow-logs needs --zones" in proc.stderr

@@ -357,7 +357,7 @@ async def test_nodes_upload_their_ledger_at_start_tick_and_stop(
     store = FileObjectStore(tmp_path / "objects")
     async with trio.open_nursery() as nursery:
         await nursery.start(traffic.run)
-        uploads = traffic.uploads
+        uploads = traffic.ledger.uploads
         assert uploads is not None and uploads.interval_s == 0.05
         with trio.fail_after(DEADLINE_S):
             while reassemble(ledger_objects(store), DAY1, node) != local(data_dir, DAY1, node):
