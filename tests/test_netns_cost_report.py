@@ -22,7 +22,6 @@ The figures are written up in docs/cost_report.md, "Agreement with the kernel".
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import secrets
@@ -131,9 +130,8 @@ def _workload(zones: ZoneNamespaces, fleet: NamespacedFleet) -> int:  # noqa: F8
 def _report(
     accounting: Path, out: Path, flow_logs: Path, zone_spec: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run the report (local[1], in the root namespace); (summary.json, flow-log figures read
-    by `cost_report.flow_logs` on the same session: per day cross_zone_bytes and
-    double_captured_bytes)."""
+    """Run the report with the flow logs (local[1], in the root namespace); (summary.json,
+    the flow-log reader's own per-day figures and rejected lines on the same session)."""
     pytest.importorskip("pyspark", reason="pyspark is in the 'report' extra")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from cost_report.flow_logs import read_flow_logs
@@ -142,9 +140,6 @@ def _report(
     from cost_report.report import ReportInputs, run_report
     from cost_report.zones import load_zone_map
 
-    # The job's --flow-logs goes through cost_report.comparisons; until that lands the report
-    # runs on the ledgers alone and the flow logs are read by the reader directly.
-    wired = importlib.util.find_spec("cost_report.comparisons") is not None
     spark = spark_session("local[1]", "test_netns_cost_report")
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -152,16 +147,16 @@ def _report(
             accounting=str(accounting),
             out=out,
             prices=load_prices(None),
-            flow_logs=str(flow_logs) if wired else None,
-            zones=zone_spec if wired else None,
+            flow_logs=str(flow_logs),
+            zones=zone_spec,
         )
         run_report(spark, inputs, lambda msg: print(f"report: {msg}"))
         summary = json.loads((out / "summary.json").read_text())
+        # The reader on its own as well: its double-captured bytes are not in the summary.
         daily, rejected = read_flow_logs(spark, str(flow_logs), load_zone_map(zone_spec))
         flows = {
             "days": [r.asDict() for r in daily.collect()],
             "rejected": [r.asDict() for r in rejected.collect()],
-            "wired": wired,
         }
     finally:
         spark.stop()
@@ -229,7 +224,9 @@ def test_report_agrees_with_the_kernel(
     report_flow_bytes = sum(int(d["cross_zone_bytes"]) for d in flows["days"])
     double_captured = sum(int(d["double_captured_bytes"]) for d in flows["days"])
     unknown_flow_bytes = sum(int(d["unknown_zone_bytes"]) for d in flows["days"])
-    summary_flow_bytes = sum(int(s["flow_log_cross_zone_bytes"] or 0) for s in summary["sources"])
+    sources = summary["sources"]
+    summary_flow_bytes = sum(int(s["flow_log_cross_zone_bytes"] or 0) for s in sources)
+    summary_unknown = sum(int(s.get("flow_log_unknown_zone_bytes") or 0) for s in sources)
     flow_payload = report_flow_bytes - FLOW_LOG_HEADER_BYTES * egress_packets
 
     pairs = _by_zone_pair(zones, capture, summary)
@@ -251,7 +248,6 @@ def test_report_agrees_with_the_kernel(
         report_flow_bytes=report_flow_bytes,
         summary_flow_bytes=summary_flow_bytes,
         flow_payload=flow_payload,
-        wired=flows["wired"],
         pairs=pairs,
     )
 
@@ -290,8 +286,10 @@ def test_report_agrees_with_the_kernel(
         failures.append(f"flow logs: {stray_bytes} B from no zone, {unknown_flow_bytes} B unknown")
     if ingress_bytes != egress_bytes:
         failures.append(f"the zones received {ingress_bytes} B of IP, sent {egress_bytes} B")
-    if flows["wired"] and summary_flow_bytes != egress_bytes:
+    if summary_flow_bytes != egress_bytes:
         failures.append(f"summary flow-log bytes {summary_flow_bytes}, written {egress_bytes}")
+    if summary_unknown != stray_bytes:
+        failures.append(f"summary flow-log unknown {summary_unknown} B, from no zone {stray_bytes}")
     expected_flow = ledger_bytes + FLOW_LOG_HEADER_BYTES * egress_packets
     if abs(report_flow_bytes - expected_flow) > AGREEMENT * ledger_bytes:
         failures.append(
@@ -321,7 +319,7 @@ def _print_figures(**f: Any) -> None:
         f"flow logs: {f['records']} records, egress {eb} B / {ep} packets, ingress "
         f"{f['ingress_bytes']} B from zones + {f['stray_bytes']} B from no zone; "
         f"report counted {f['report_flow_bytes']} B "
-        f"(summary: {f['summary_flow_bytes']} B, --flow-logs wired: {f['wired']})\n"
+        f"(summary.json: {f['summary_flow_bytes']} B)\n"
         f"  flow-log bytes - {FLOW_LOG_HEADER_BYTES} B x packets = {f['flow_payload']} B = "
         f"{f['flow_payload'] / lb:.4f} x ledger ({f['flow_payload'] / lb - 1:+.3%})"
     )
