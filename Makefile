@@ -16,10 +16,11 @@ install: $(BIN)/python
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,bench,report]'
 
-APT_PACKAGES := kcat nfs-ganesha nfs-ganesha-vfs chromium openjdk-17-jre-headless
+APT_PACKAGES := kcat nfs-ganesha nfs-ganesha-vfs chromium openjdk-17-jre-headless tcpdump
 
 # Installs only the Debian packages that are missing (kcat; ganesha for the nfs:// WAL tests;
-# chromium for the cost report's browser test; a JRE for Spark).
+# chromium for the cost report's browser test; a JRE for Spark; tcpdump for the netns
+# cost-report test).
 apt-deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -67,6 +67,7 @@ def add_comparisons(
             row["flow_log_cross_zone_bytes"] = int(r["cross_zone_bytes"])
             row["flow_log_total_bytes"] = int(r["total_bytes"])
             row["flow_log_unknown_zone_bytes"] = int(r["unknown_zone_bytes"])
+            row["flow_log_double_captured_bytes"] = int(r["double_captured_bytes"])
         rejected_rows.extend(flow_rejected(spark, rejected))
         for row in sources:
             if row["flow_log_cross_zone_bytes"] is None:

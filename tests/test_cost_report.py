@@ -19,7 +19,10 @@ import pytest
 from cost_report.ledger_rows import NOT_JSON, UNKNOWN_CHANNEL, WRONG_DAY
 from cost_report.prices import load_prices
 from cost_report.reference import reference_totals
+from tests.s3_servers import SeaweedServer, seaweedfs
 from tests.spark_session import local_spark
+
+__all__ = ["seaweedfs"]  # the fixture, imported so pytest finds it
 
 GIB = 1 << 30
 D1, D2 = "2026-11-22", "2026-11-23"
@@ -151,7 +154,7 @@ fsx_ontap_throughput_mbps = 0.0
 
 
 def run_job(
-    spark: Any, accounting: Path, out: Path, prices: Path | None = None, **kwargs: Any
+    spark: Any, accounting: Path | str, out: Path, prices: Path | None = None, **kwargs: Any
 ) -> dict[str, Any]:
     from cost_report.report import ReportInputs, run_report
 
@@ -403,3 +406,26 @@ def test_flow_logs_and_cur_beside_the_ledger(spark: Any, tmp_path: Path) -> None
 def test_flow_logs_without_a_zone_map_is_refused(tmp_path: Path) -> None:
     proc = run_job_process(tmp_path, "--flow-logs", str(tmp_path))
     assert proc.returncode == 2 and "--flow-logs needs --zones" in proc.stderr
+
+
+def test_report_from_ledgers_uploaded_to_seaweedfs(
+    spark: Any, seaweedfs: SeaweedServer, tmp_path: Path
+) -> None:
+    """The nodes' uploads in a real S3 server, read back as `--accounting s3://...?endpoint=`
+    (staged through the project's object store): the same report as from the local files."""
+    from s3_commit import open_object_store
+    from s3_commit.ledger_uploads import LedgerUploader
+
+    data = tmp_path / "data"
+    golden_ledger(data / "accounting")
+    url = seaweedfs.bucket_url("fleet")
+    store = open_object_store(url)
+    for node in ("proxy-102", "main-1"):
+        LedgerUploader(store, data, node).upload_pending()
+    # A retried upload of the same bytes stays one object; a second run adds nothing.
+    assert LedgerUploader(store, data, "main-1").upload_pending().objects == 0
+    from_store = run_job(spark, url, tmp_path / "out-s3")
+    local = run_job(spark, data / "accounting", tmp_path / "out-local")
+    assert from_store["cross_zone_bytes"] == local["cross_zone_bytes"] == GIB + GIB // 2
+    assert from_store["totals"]["total_bytes"] == local["totals"]["total_bytes"]
+    assert from_store["zonefleet_usd"] == pytest.approx(local["zonefleet_usd"])
