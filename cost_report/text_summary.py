@@ -27,16 +27,21 @@ def text_summary(model: ReportModel, out: Path) -> str:
         return "n/a" if x is None else f"{x:.1%}"
 
     share = t.get("cross_zone_share_of_payload")
+
+    def versus(key: str) -> str:
+        if sv[key] >= 0:
+            return f"savings ${sv[key]:,.2f}, {pct(frac[key])}"
+        return f"zonefleet costs ${-sv[key]:,.2f} more"
+
     lines = [
         f"zonefleet cost report {model.period_from} .. {model.period_to}",
         f"  cross-zone bytes     {human_bytes(t['cross_zone_bytes'])}"
         f" ({pct(share)} of client payload bytes {human_bytes(t['payload_bytes'])})",
-        f"  zonefleet            ${t['zonefleet_usd']:,.2f}",
-        f"  Kafka RF3            ${cf['kafka_rf3']:,.2f}  (savings ${sv['kafka_rf3']:,.2f},"
-        f" {pct(frac['kafka_rf3'])})",
-        f"  Kafka RF3 + KIP-392  ${cf['kafka_rf3_fetch_from_follower']:,.2f}  (savings"
-        f" ${sv['kafka_rf3_fetch_from_follower']:,.2f},"
-        f" {pct(frac['kafka_rf3_fetch_from_follower'])})",
+        f"  zonefleet            ${t['zonefleet_usd']:,.2f}"
+        f"  (of which the shared file system ${t['shared_fs_usd']:,.2f})",
+        f"  Kafka RF3            ${cf['kafka_rf3']:,.2f}  ({versus('kafka_rf3')})",
+        f"  Kafka RF3 + KIP-392  ${cf['kafka_rf3_fetch_from_follower']:,.2f}"
+        f"  ({versus('kafka_rf3_fetch_from_follower')})",
     ]
     if t.get("rejected_rows"):
         lines.append(f"  rejected rows        {t['rejected_rows']:,} (see report.html)")
