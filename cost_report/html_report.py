@@ -205,6 +205,9 @@ def _savings_detail(best: float | None, fraction: Any, against_ffr: Any) -> str:
     if best is None or f is None:
         return "n/a: nothing to compare"
     if best < 0:
+        # A fixed cost (the file system) against little traffic: a ratio would say nothing.
+        if -f > 10:
+            return esc(f"zonefleet's bill is {1 - f:,.0f}x Kafka's at this traffic")
         return esc(f"zonefleet's bill is {fmt_pct(-f)} above Kafka's")
     return esc(f"{fmt_pct(f)} of Kafka's bill; {fmt_usd(against_ffr)} against fetch from follower")
 
