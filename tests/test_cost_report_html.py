@@ -262,7 +262,9 @@ def test_a_dearer_zonefleet_is_shown_as_such() -> None:
     t["savings_fraction"] = {"kafka_rf3": -111.6, "kafka_rf3_fetch_from_follower": -133.8}
     page = render_html(model)
     assert 'class="tile savings negative"' in page and "-$26.72" in page
-    assert "zonefleet costs $26.72 more" in page and "11,160.0% above Kafka" in page
+    assert "zonefleet costs $26.72 more" in page and "113x Kafka&#x27;s at this traffic" in page
+    t["savings_fraction"] = {"kafka_rf3": -0.5, "kafka_rf3_fetch_from_follower": -0.6}
+    assert "50.0% above Kafka" in render_html(model)
 
 
 def test_json_model_renders_the_same() -> None:
