@@ -55,6 +55,8 @@ class ClusterRole:
         self.mains = [peers[n] for n in sorted(peers)]
         self.main_ids = [m.node_id for m in self.mains]
         store = open_object_store(cfg.metadata_url)
+        # Metadata polls, registrations and the lease are S3 requests the cost report prices.
+        store.traffic_hook = broker.traffic.s3_request
         self.meta = ClusterMetadata(store, cfg.cluster_id, self._on_doc, cfg.metadata_poll_s)
         self.session_timeout_s = cfg.session_timeout_s
         self.handoff = Handoff(broker, self, cfg.session_timeout_s)

@@ -195,9 +195,9 @@ class ProxyBroker:
 
     async def _keep_registered(self, url: str) -> None:
         cfg = self.config
-        store = AsyncObjectStore(
-            await trio.to_thread.run_sync(open_object_store, url), max_threads=1
-        )
+        raw = await trio.to_thread.run_sync(open_object_store, url)
+        raw.traffic_hook = self.traffic.s3_request  # heartbeats are billed S3 requests
+        store = AsyncObjectStore(raw, max_threads=1)
         host, port = cfg.advertised
         me = NodeRegistration.new("proxy", cfg.node_id, cfg.zone, host, port, None)
         self.registrar = NodeRegistrar(

@@ -66,8 +66,8 @@ CHANNEL_RELAY: Final = "relay"  # api = Kafka API name of the relayed request
 CHANNEL_RPC: Final = "rpc"  # other internal RPC (handshakes, control calls); api = method
 CHANNEL_WAL_WRITE: Final = "wal-write"
 CHANNEL_WAL_READ: Final = "wal-read"
-CHANNEL_S3_PUT: Final = "s3-put"  # reserved for s3_commit
-CHANNEL_S3_GET: Final = "s3-get"  # reserved for s3_commit
+CHANNEL_S3_PUT: Final = "s3-put"  # PUT-class object-store requests
+CHANNEL_S3_GET: Final = "s3-get"  # GET-class object-store requests
 
 # The shared file system and the object store are regional services by default (DESIGN.md:
 # "a regional shared file system"; S3 in the region costs no transfer), so their traffic is
