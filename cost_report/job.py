@@ -88,14 +88,28 @@ def spark_session(master: str | None, app: str = "zonefleet-cost-report") -> Any
         builder = builder.master(master)
     elif not _under_spark_submit():
         builder = builder.master("local[*]")
+    if master or not _under_spark_submit():  # under spark-submit, the cluster's settings stand
+        builder = builder.config("spark.sql.shuffle.partitions", _shuffle_partitions(master))
     return (
         builder.config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "8" if not master or "local" in master else "200")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "4g")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
         .getOrCreate()
     )
+
+
+def _shuffle_partitions(master: str | None) -> str:
+    """Two per core on a laptop (the aggregates after the first pass are small, and every
+    extra task of the ~10 table writes costs start-up time); Spark's default on a cluster."""
+    import os
+    import re
+
+    if master and not master.startswith("local"):
+        return "200"  # Spark's default
+    m = re.fullmatch(r"local\[(\d+)\]", master or "")
+    cores = int(m.group(1)) if m else (os.cpu_count() or 2)
+    return str(max(2, 2 * cores))
 
 
 def _under_spark_submit() -> bool:
