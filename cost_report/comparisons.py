@@ -7,7 +7,6 @@ rejected table, and its warnings to the page.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -43,7 +42,6 @@ def add_comparisons(
     inputs: ReportInputs,
     sources: list[dict[str, Any]],
     rejected_rows: list[dict[str, Any]],
-    out: Path,
 ) -> list[str]:
     """Read the flow logs and CUR that `inputs` names; returns warnings."""
     warnings: list[str] = []

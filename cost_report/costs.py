@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cost_report import ledger_rows as lr
@@ -183,6 +183,8 @@ def _totals(p: PeriodCosts) -> dict[str, Any]:
         "s3_get_requests",
         "wal_read_bytes",
         "wal_write_bytes",
+        "cross_zone_bytes_without_wal",
+        "wal_bytes_outside_preferred_az",
     ):
         out[name] = total_usage(name)
     payload = out["payload_bytes"]
@@ -215,7 +217,3 @@ def cost_by(hourly: DataFrame, keys: list[str], prices: PriceSheet, az: str) -> 
         F.sum("requests").alias("requests"),
         F.sum(F.col("inter_az_usd") + s3_usd).alias("usd"),
     )
-
-
-def spark_rows(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame | None:
-    return spark.createDataFrame(rows) if rows else None

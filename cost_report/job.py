@@ -9,7 +9,6 @@ topic, and the rejected input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -24,9 +23,6 @@ if __package__ in (None, ""):  # spark-submit cost_report/job.py: make the packa
 from cost_report.prices import PriceSheetError, load_prices
 
 __all__ = ["build_parser", "main", "run_args"]
-
-TOP_TOPICS = 10
-UNKNOWN_WARN_FRACTION = 0.01
 
 
 def build_parser(prog: str = "cost-report", add_help: bool = True) -> argparse.ArgumentParser:
@@ -178,10 +174,6 @@ def run_args(args: argparse.Namespace, prog: str = "cost-report") -> int:
 def days_between(first: str, last: str) -> list[str]:
     d0, d1 = date.fromisoformat(first), date.fromisoformat(last)
     return [(d0 + timedelta(days=i)).isoformat() for i in range((d1 - d0).days + 1)]
-
-
-def dump_json(path: Path, doc: Any) -> None:
-    path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def run_report(
         progress("reading flow logs / CUR")
         from cost_report.comparisons import add_comparisons
 
-        warnings += add_comparisons(spark, inputs, sources, rejected_rows, out)
+        warnings += add_comparisons(spark, inputs, sources, rejected_rows)
     _write_rows(spark, sources, out / "sources_daily")
     _write_rows(
         spark, [{**r, "dt": r["dt"] or "unknown"} for r in rejected_rows], out / "rejected_rows"
@@ -235,15 +235,10 @@ def _daily_view(row: dict[str, Any]) -> dict[str, Any]:
 
 def _line_items(totals: dict[str, Any], prices: PriceSheet) -> list[dict[str, Any]]:
     gb = prices.bytes_per_gb
-    transfer_bytes = (
-        (
-            totals["inter_az_preferred_az_usd"]
-            if prices.shared_fs_billing == "preferred-az"
-            else totals["inter_az_regional_usd"]
-        )
-        / (2 * prices.inter_az_usd_per_gb_each_side or 1)
-        * gb
-    )
+    # The bytes the sheet's view of the shared file system bills as transfer.
+    transfer_bytes = totals["cross_zone_bytes_without_wal"]
+    if prices.shared_fs_billing == "preferred-az":
+        transfer_bytes += totals["wal_bytes_outside_preferred_az"]
     return [
         {
             "item": "inter-AZ transfer (both sides)",

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cost_report.display import fmt_bytes
 from cost_report.model import ReportModel
 
-__all__ = ["human_bytes", "text_summary"]
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n):,} B"
-        n /= 1000
-    return f"{n} PB"
+__all__ = ["text_summary"]
 
 
 def text_summary(model: ReportModel, out: Path) -> str:
@@ -35,8 +28,8 @@ def text_summary(model: ReportModel, out: Path) -> str:
 
     lines = [
         f"zonefleet cost report {model.period_from} .. {model.period_to}",
-        f"  cross-zone bytes     {human_bytes(t['cross_zone_bytes'])}"
-        f" ({pct(share)} of client payload bytes {human_bytes(t['payload_bytes'])})",
+        f"  cross-zone bytes     {fmt_bytes(t['cross_zone_bytes'])}"
+        f" ({pct(share)} of client payload bytes {fmt_bytes(t['payload_bytes'])})",
         f"  zonefleet            ${t['zonefleet_usd']:,.2f}"
         f"  (of which the shared file system ${t['shared_fs_usd']:,.2f})",
         f"  Kafka RF3            ${cf['kafka_rf3']:,.2f}  ({versus('kafka_rf3')})",

@@ -38,7 +38,6 @@ from s3_commit.object_plan import DEFAULT_SPLIT_SIZE, plan_upload
 from s3_commit.object_reader import ObjectReader
 from s3_commit.object_store import request_class
 from shared_wal.batch_reader import BatchReader, StoredBatch
-from telemetry import CHANNEL_S3_GET, CHANNEL_S3_PUT
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker
@@ -303,11 +302,7 @@ class ObjectTier:
         with self._lock:
             self._requests[kind] += 1
             self._request_bytes[kind] += nbytes
-        node = self.broker.traffic.node
-        if kind == "put":
-            node.record(self.config.zone, node.storage_zone, CHANNEL_S3_PUT, op, nbytes)
-        else:
-            node.record(node.storage_zone, self.config.zone, CHANNEL_S3_GET, op, nbytes)
+        self.broker.traffic.s3_request(op, nbytes)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -12,11 +12,10 @@ import pytest
 
 def local_spark(app: str) -> Iterator[Any]:
     """A local[2] SparkSession for one module, stopped after it."""
-    pyspark = pytest.importorskip("pyspark", reason="pyspark is in the 'report' extra")
+    pytest.importorskip("pyspark", reason="pyspark is in the 'report' extra")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from cost_report.job import spark_session
 
-    del pyspark
     spark = spark_session("local[2]", app)
     spark.sparkContext.setLogLevel("ERROR")
     try:

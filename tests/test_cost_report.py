@@ -212,6 +212,11 @@ def test_golden_bytes_and_dollars(spark: Any, tmp_path: Path) -> None:
     assert s["prices"]["days_per_month"] == 30.0
     assert s["prices"]["inter_az_usd_per_gb_each_side"] == 0.01
     assert s["rejected"] == [] and s["warnings"] == []
+    items = {i["item"]: i for i in s["line_items"]}
+    transfer = items["inter-AZ transfer (both sides)"]
+    assert (transfer["quantity"], transfer["unit"]) == (1.5, "GB")
+    assert transfer["usd"] == pytest.approx(0.03)
+    assert items["S3 PUT-class requests"]["quantity"] == 2000
     # The three outputs.
     out = tmp_path / "out"
     assert (out / "report.html").stat().st_size > 0
