@@ -105,7 +105,6 @@ class ObjectRetention:
         tier = self.tier
         deleted = {t for t in self.deleted_topics if t not in store.topics_by_id}
         live = self._live_topic_ids()
-        limits = self._limits()
         now_ms = int(time.time() * 1000)
         delete_after_ms = now_ms + int(self.delete_delay_s * 1000)
         outcome: dict[str, Any] = {}
@@ -113,7 +112,10 @@ class ObjectRetention:
 
         def change(manifest: Manifest) -> Manifest:
             kept = apply_log_starts(without_topics(manifest, deleted, live), requests)
-            expired = apply_retention(kept, limits, now_ms)
+            # The WAL bytes above the objects are measured against this very manifest: an
+            # upload committed meanwhile moves them into a range, and counting them twice
+            # would drop a range that retention.bytes keeps.
+            expired = apply_retention(kept, self._limits(kept), now_ms)
             new = retire_unreferenced(manifest, expired, delete_after_ms)
             outcome["changed"] = new is not manifest
             outcome["removed"] = unreferenced(manifest, new)
@@ -165,8 +167,7 @@ class ObjectRetention:
         # A partition being moved away keeps its manifest stream as it is (handoff.py).
         return [p for t in store.topics.values() for p in t.partitions if p.owned and not p.fenced]
 
-    def _limits(self) -> dict[StreamKey, StreamRetention]:
-        manifest = self.tier.manifests.manifest
+    def _limits(self, manifest: Manifest) -> dict[StreamKey, StreamRetention]:
         out: dict[StreamKey, StreamRetention] = {}
         for plog in self._owned():
             cfg = plog.config
