@@ -396,10 +396,10 @@ def run_zonefleet(
     command: Sequence[str] | None = None,
     ready_timeout: float = 30.0,
     stop_grace: float = 10.0,
-    zone_count: int | None = None,
+    zone_count: int = 1,
     on_start: Callable[[subprocess.Popen[str]], None] | None = None,
 ) -> Iterator[dict[str, str]]:
-    """Run ``zonefleet up`` (``--zones N`` when given) and yield ``{zone: bootstrap}`` parsed
+    """Run ``zonefleet up --zones N`` (1: the lone main) and yield ``{zone: bootstrap}`` parsed
     from its stdout. ``on_start`` gets the process once it is started.
 
     Waits for a line starting with ``ready``; raises TargetUnavailable (with the output seen) if it
@@ -408,8 +408,7 @@ def run_zonefleet(
     base = base_port if base_port is not None else free_port_range(64)
     cmd = [*(command or zonefleet_command()), "up", "--data-dir", str(data_dir)]
     cmd += ["--base-port", str(base)]
-    if zone_count is not None:
-        cmd += ["--zones", str(zone_count)]
+    cmd += ["--zones", str(zone_count)]
     stderr_path = data_dir / "zonefleet.stderr.log"
     with open(stderr_path, "w") as stderr_file:
         proc = subprocess.Popen(

@@ -32,6 +32,8 @@ from fleet.topics_cli import add_topics_parser, run_topics_command
 
 log = logging.getLogger("zonefleet.fleet")
 
+DEFAULT_ZONES = 3  # `zonefleet up` with no flags: the zone fleet, as in production
+
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zonefleet", description="zone-aware diskless Kafka")
@@ -50,10 +52,11 @@ def _build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser(
         "up",
         help="start a local fleet (one process per node)",
-        description="Start a local fleet. Without --zones: one main broker on --base-port "
-        "(admin +1). With --zones N: in each zone azK a zone proxy (node 100+K; kafka +10*K, "
-        "admin +10*K+1) and a main broker (node K; kafka +10*K+2, admin +10*K+3, internal RPC "
-        "+10*K+4), all on <data-dir>/wal with the cluster metadata in <data-dir>/metadata.",
+        description="Start a local fleet. By default three zones: in each zone azK (K = 1..N, "
+        "--zones N) a zone proxy (node 100+K; kafka +10*K, admin +10*K+1) and a main broker "
+        "(node K; kafka +10*K+2, admin +10*K+3, internal RPC +10*K+4), all on <data-dir>/wal "
+        "with the cluster metadata in <data-dir>/metadata; clients bootstrap from their zone's "
+        "proxy. --zones 1: one main broker alone on --base-port (admin +1), no proxy.",
     )
     up.add_argument("--data-dir", default="data", help="where the WAL and config live")
     up.add_argument("--base-port", type=int, default=19092, help="first port of the fleet")
@@ -62,7 +65,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--config", default=None, help="use this fleet TOML instead of a generated one"
     )
     which.add_argument(
-        "--zones", type=int, default=None, help="zones az1..azN, each with a zone proxy"
+        "--zones",
+        type=int,
+        default=DEFAULT_ZONES,
+        help=f"zones az1..azN, each with a main broker and a zone proxy (default "
+        f"{DEFAULT_ZONES}); 1: a lone main broker",
     )
     up.add_argument("--log-format", choices=["text", "json"], default=None)
     up.add_argument(
@@ -120,7 +127,7 @@ def _up_config(args: argparse.Namespace) -> tuple[Path, FleetConfig]:
     if args.config:
         return Path(args.config).resolve(), load_fleet_config(args.config)
     path = data_dir / "fleet.toml"
-    if args.zones is None:
+    if args.zones == 1:
         text = local_fleet_toml(data_dir, args.base_port)
     else:
         text = local_zones_fleet_toml(data_dir, args.base_port, args.zones, secrets.token_hex(32))

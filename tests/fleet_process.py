@@ -14,6 +14,7 @@ from pathlib import Path
 from tests.ports import free_port_block
 
 ZONEFLEET = str(Path(sys.executable).with_name("zonefleet"))
+LONE_MAIN = ["--zones", "1"]  # `zonefleet up` starts three zones unless told otherwise
 
 
 class FleetProcess:
@@ -22,7 +23,7 @@ class FleetProcess:
     ):
         self.data_dir = data_dir
         self.base_port = base_port or free_port_block()
-        self.extra = extra or []
+        self.extra = LONE_MAIN if extra is None else extra
         self.proc: subprocess.Popen[str] | None = None
         self.bootstrap = ""
         self.zones: dict[str, str] = {}

@@ -130,7 +130,7 @@ def test_run_zonefleet_parses_zones_and_stops(
             "use1-az2": f"127.0.0.1:{base + 10}",
         }
     args = Path(cmd[1] + ".args").read_text().split()
-    assert args == ["up", "--data-dir", str(tmp_path), "--base-port", str(base)]
+    assert args == ["up", "--data-dir", str(tmp_path), "--base-port", str(base), "--zones", "1"]
 
 
 def test_run_zonefleet_without_ready_fails_clearly_and_kills(
