@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import secrets
@@ -25,6 +26,7 @@ from fleet.config import (
 from fleet.inspect_cli import add_inspect_parser, run_inspect_command
 from fleet.logs import configure_logging
 from fleet.node import run_main_broker_node, run_proxy_node
+from fleet.node_config import add_node_config_parser, run_node_config_command
 from fleet.report_cli import add_report_parser, run_report_command
 from fleet.status_cli import add_status_parser, run_status_command
 from fleet.supervisor import PARENT_PID_ENV, NodeFailed, NodeSpec, Supervisor, exit_with_parent
@@ -37,6 +39,7 @@ DEFAULT_ZONES = 3  # `zonefleet up` with no flags: the zone fleet, as in product
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zonefleet", description="zone-aware diskless Kafka")
+    parser.add_argument("--version", action="version", version=f"zonefleet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     main = sub.add_parser("main-broker", help="run one main broker from a fleet config")
@@ -82,7 +85,15 @@ def _build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_inspect_parser(sub)
     add_report_parser(sub)
+    add_node_config_parser(sub)
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("zonefleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 async def _serve_fleet(
@@ -119,6 +130,13 @@ async def _serve_fleet(
 def _configure_logs(config: FleetConfig, override: str | None, node: str) -> None:
     fmt = override or config.log_format
     configure_logging(config.log_level, "json" if fmt == "json" else "text", node)
+    found = config.discovered_zone
+    if found is not None:  # looked up while the config loaded, before logging was set up
+        log.info(
+            "found %s",
+            found.describe(),
+            extra={"zone": found.zone, "az_id": found.az_id, "imds_endpoint": found.endpoint},
+        )
 
 
 def _up_config(args: argparse.Namespace) -> tuple[Path, FleetConfig]:
@@ -181,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_inspect_command(args)
         if args.command == "cost-report":
             return run_report_command(args)
+        if args.command == "node-config":
+            return run_node_config_command(args)
     except ConfigError as exc:
         print(f"zonefleet: configuration error: {exc}", file=sys.stderr)
         return 2

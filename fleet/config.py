@@ -7,6 +7,7 @@ data_dir = "data"                 # relative paths are relative to this file
 log_format = "text"               # or "json"
 log_level = "INFO"
 imds_url = "http://169.254.169.254"   # where nodes with zone = "auto" ask for their zone
+                                      # (AWS_EC2_METADATA_SERVICE_ENDPOINT overrides it)
 storage_zone = "regional"         # zone the shared FS / object store traffic is booked to
 
 [[zones]]
@@ -94,7 +95,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fleet.zone_discovery import DEFAULT_IMDS_URL, discover_zone_blocking
+from fleet.zone_discovery import DiscoveredZone, discover_zone_blocking, imds_endpoint
 from kafka_wire.rpc_auth import MIN_SECRET_BYTES
 from main_broker.config import BrokerConfig, MainPeer
 from main_broker.group_config import GroupConfig
@@ -158,6 +159,8 @@ class FleetConfig:
     log_format: str = "text"
     log_level: str = "INFO"
     source: Path | None = field(default=None)
+    # Set when a node's zone came from IMDSv2 (`zone = "auto"`): what it found, and where.
+    discovered_zone: DiscoveredZone | None = None
 
     def main(self, node_id: int | None) -> MainBrokerNode:
         if node_id is None:
@@ -224,6 +227,7 @@ class _Zones:
         self._discover = discover
         self._imds_url = imds_url
         self._local: str | None = None
+        self.discovered: DiscoveredZone | None = None
 
     def _match(self, value: str) -> str | None:
         for zone in self.zones:
@@ -258,6 +262,7 @@ class _Zones:
                 f'(IMDSv2) answered at {self._imds_url}; set zone = "..." in its entry'
             )
         name, az_id = found
+        self.discovered = DiscoveredZone(name, az_id, self._imds_url)
         if not self.zones:
             self.zones.append(ZoneConfig(name, az_id))
             self._local = name
@@ -633,7 +638,8 @@ def parse_fleet_config(
     """Parse a fleet TOML document.
 
     Nodes without a zone (or `zone = "auto"`) get this host's zone from `discover`, called at
-    most once with `[fleet] imds_url`; with discover=None their zone stays "auto".
+    most once with the IMDS endpoint (`AWS_EC2_METADATA_SERVICE_ENDPOINT`, else `[fleet]
+    imds_url`, else the default); with discover=None their zone stays "auto".
     """
     fleet = doc.get("fleet", {})
     cluster_id = str(fleet.get("cluster_id", "zonefleet-local"))
@@ -644,7 +650,8 @@ def parse_fleet_config(
         declared = [ZoneConfig(str(z["name"]), z.get("az_id")) for z in doc.get("zones", [])]
     except KeyError:
         raise ConfigError("each [[zones]] entry needs a name") from None
-    zones = _Zones(declared, discover, str(fleet.get("imds_url", DEFAULT_IMDS_URL)))
+    imds_url = fleet.get("imds_url")
+    zones = _Zones(declared, discover, imds_endpoint(None if imds_url is None else str(imds_url)))
     secret = _internal_secret(doc, base_dir)
     cidrs = _cidrs(doc, zones)
     wal = doc.get("wal", {})
@@ -684,6 +691,7 @@ def parse_fleet_config(
         log_format=str(fleet.get("log_format", "text")),
         log_level=str(fleet.get("log_level", "INFO")),
         source=source,
+        discovered_zone=zones.discovered,
     )
 
 
