@@ -557,6 +557,30 @@ def _parse_proxies(
     return nodes
 
 
+def _may_share_a_host(a: str, b: str) -> bool:
+    """Whether binds on `a` and `b` would clash on one machine, as far as the file can tell.
+
+    A wildcard bind clashes with every address of its own machine, but a specific address in
+    a fleet file may be another machine's: the Terraform layout lists the other zones' proxies
+    at their bootstrap addresses while a proxy binds 0.0.0.0 in its own file. So a wildcard
+    clashes with wildcards and loopback addresses only, which are surely this machine's.
+    """
+    if a == b:
+        return True
+    wild_a, wild_b = a in WILDCARD_HOSTS, b in WILDCARD_HOSTS
+    if wild_a and wild_b:
+        return True
+    if wild_a or wild_b:
+        other = b if wild_a else a
+        if other == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(other).is_loopback
+        except ValueError:
+            return False  # a DNS name: another machine's, as far as we know
+    return False
+
+
 def _check_unique(mains: list[MainBrokerNode], proxies: list[ProxyNode]) -> None:
     ports: list[tuple[str, int, str]] = []
     for m in mains:
@@ -578,8 +602,7 @@ def _check_unique(mains: list[MainBrokerNode], proxies: list[ProxyNode]) -> None
         if port == 0:
             continue  # an ephemeral port never clashes
         for other_host, other_port, other in ports[:i]:
-            same_host = host == other_host or bool(WILDCARD_HOSTS & {host, other_host})
-            if port == other_port and same_host:
+            if port == other_port and _may_share_a_host(host, other_host):
                 raise ConfigError(f"{what} and {other} are both {host}:{port}")
 
 

@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import boto3
 import pytest
 
 from fleet.cli import main as zonefleet
-from fleet.config import load_fleet_config
+from fleet.config import ConfigError, load_fleet_config, parse_fleet_config
 from fleet.zone_discovery import (
     DEFAULT_IMDS_URL,
     DEFAULT_IMDS_URL_IPV6,
@@ -281,3 +282,44 @@ def test_fake_imds_speaks_imdsv2(imds: FakeImds) -> None:
         assert http.get("/latest/meta-data/local-ipv4", headers=auth).status_code == 404
         bad = {"X-aws-ec2-metadata-token": token + "x"}
         assert http.get("/latest/meta-data/placement/region", headers=bad).status_code == 401
+
+
+WILDCARD_FLEET = """
+[internal]
+secret = "%s"
+[[zones]]
+name = "a"
+[[zones]]
+name = "b"
+[[main_brokers]]
+node_id = 1
+zone = "a"
+host = "10.1.0.20"
+port = 9192
+admin_port = 9193
+rpc_port = 9194
+[[proxies]]
+node_id = 101
+zone = "a"
+host = "10.1.0.10"
+port = 9092
+admin_port = 9093
+[[proxies]]
+node_id = 102
+zone = "b"
+host = "0.0.0.0"
+port = 9092
+admin_port = 9093
+advertised_host = "10.1.16.10"
+""" % ("s" * 64)
+
+
+def test_a_wildcard_proxy_and_other_zones_proxies_on_the_same_port(tmp_path: Path) -> None:
+    """As the Terraform layout renders a proxy's file: it binds 0.0.0.0, and the other zones'
+    proxies are listed at their bootstrap addresses on the same ports (other machines)."""
+    config = parse_fleet_config(tomllib.loads(WILDCARD_FLEET), tmp_path, discover=None)
+    assert config.proxy(102).proxy.host == "0.0.0.0"
+    # A wildcard still clashes with a loopback bind, which is surely on the same machine.
+    clash = WILDCARD_FLEET.replace('host = "10.1.0.10"', 'host = "127.0.0.1"')
+    with pytest.raises(ConfigError, match="proxy 102 port and proxy 101 port are both"):
+        parse_fleet_config(tomllib.loads(clash), tmp_path, discover=None)
