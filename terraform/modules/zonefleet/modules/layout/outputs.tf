@@ -65,3 +65,8 @@ output "zonefleet_package" {
   description = "The pip requirement the nodes install."
   value       = local.zonefleet_package
 }
+
+output "ports" {
+  description = "The role ports in use (defaults filled in): proxy_kafka, proxy_admin, main_kafka, main_admin, main_rpc."
+  value       = var.ports
+}
