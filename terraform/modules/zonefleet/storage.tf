@@ -63,58 +63,98 @@ resource "aws_s3_bucket_lifecycle_configuration" "fleet" {
   }
 }
 
+# TLS only, for everyone; the flow-log delivery service may write under flow-logs/, and the
+# CUR export (if on) under cur/. The nodes' access comes from their role (iam.tf).
+data "aws_iam_policy_document" "bucket" {
+  statement {
+    sid       = "DenyInsecureTransport"
+    effect    = "Deny"
+    actions   = ["s3:*"]
+    resources = [aws_s3_bucket.fleet.arn, "${aws_s3_bucket.fleet.arn}/*"]
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+
+  statement {
+    sid       = "FlowLogsDeliveryWrite"
+    effect    = "Allow"
+    actions   = ["s3:PutObject"]
+    resources = ["${aws_s3_bucket.fleet.arn}/flow-logs/AWSLogs/${local.account_id}/*"]
+    principals {
+      type        = "Service"
+      identifiers = ["delivery.logs.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account_id]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = ["arn:${local.partition}:logs:${local.region}:${local.account_id}:*"]
+    }
+  }
+
+  statement {
+    sid       = "FlowLogsDeliveryCheck"
+    effect    = "Allow"
+    actions   = ["s3:GetBucketAcl", "s3:ListBucket"]
+    resources = [aws_s3_bucket.fleet.arn]
+    principals {
+      type        = "Service"
+      identifiers = ["delivery.logs.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account_id]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = ["arn:${local.partition}:logs:${local.region}:${local.account_id}:*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.cur_export ? ["cur"] : []
+    content {
+      sid       = "DataExportsWrite"
+      effect    = "Allow"
+      actions   = ["s3:PutObject", "s3:GetBucketPolicy"]
+      resources = [aws_s3_bucket.fleet.arn, "${aws_s3_bucket.fleet.arn}/cur/*"]
+      principals {
+        type        = "Service"
+        identifiers = ["bcm-data-exports.amazonaws.com", "billingreports.amazonaws.com"]
+      }
+      condition {
+        test     = "StringLike"
+        variable = "aws:SourceAccount"
+        values   = [local.account_id]
+      }
+      condition {
+        test     = "StringLike"
+        variable = "aws:SourceArn"
+        values = [
+          "arn:${local.partition}:cur:us-east-1:${local.account_id}:definition/*",
+          "arn:${local.partition}:bcm-data-exports:us-east-1:${local.account_id}:export/*",
+        ]
+      }
+    }
+  }
+}
+
 resource "aws_s3_bucket_policy" "fleet" {
   bucket = aws_s3_bucket.fleet.id
-  policy = jsonencode({
-    Version = "2012-10-17"
-    Statement = concat([
-      {
-        Sid       = "DenyInsecureTransport"
-        Effect    = "Deny"
-        Principal = "*"
-        Action    = "s3:*"
-        Resource  = [aws_s3_bucket.fleet.arn, "${aws_s3_bucket.fleet.arn}/*"]
-        Condition = { Bool = { "aws:SecureTransport" = "false" } }
-      },
-      {
-        Sid       = "FlowLogsDeliveryWrite"
-        Effect    = "Allow"
-        Principal = { Service = "delivery.logs.amazonaws.com" }
-        Action    = "s3:PutObject"
-        Resource  = "${aws_s3_bucket.fleet.arn}/flow-logs/AWSLogs/${local.account_id}/*"
-        Condition = {
-          StringEquals = { "aws:SourceAccount" = local.account_id }
-          ArnLike      = { "aws:SourceArn" = "arn:${local.partition}:logs:${local.region}:${local.account_id}:*" }
-        }
-      },
-      {
-        Sid       = "FlowLogsDeliveryCheck"
-        Effect    = "Allow"
-        Principal = { Service = "delivery.logs.amazonaws.com" }
-        Action    = ["s3:GetBucketAcl", "s3:ListBucket"]
-        Resource  = aws_s3_bucket.fleet.arn
-        Condition = {
-          StringEquals = { "aws:SourceAccount" = local.account_id }
-          ArnLike      = { "aws:SourceArn" = "arn:${local.partition}:logs:${local.region}:${local.account_id}:*" }
-        }
-      },
-      ], var.cur_export ? [{
-        Sid       = "DataExportsWrite"
-        Effect    = "Allow"
-        Principal = { Service = ["bcm-data-exports.amazonaws.com", "billingreports.amazonaws.com"] }
-        Action    = ["s3:PutObject", "s3:GetBucketPolicy"]
-        Resource  = [aws_s3_bucket.fleet.arn, "${aws_s3_bucket.fleet.arn}/cur/*"]
-        Condition = {
-          StringLike = {
-            "aws:SourceAccount" = local.account_id
-            "aws:SourceArn" = [
-              "arn:${local.partition}:cur:us-east-1:${local.account_id}:definition/*",
-              "arn:${local.partition}:bcm-data-exports:us-east-1:${local.account_id}:export/*",
-            ]
-          }
-        }
-    }] : [])
-  })
+  policy = data.aws_iam_policy_document.bucket.json
 
   depends_on = [aws_s3_bucket_public_access_block.fleet]
 }
