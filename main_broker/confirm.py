@@ -51,6 +51,7 @@ class _Session:
     next_seq: int
     advanced: trio.Event = field(default_factory=trio.Event)
     last_used: float = 0.0
+    parked: int = 0  # confirms of the session waiting in wait_turn for an earlier seq
 
 
 class ConfirmSequencer:
@@ -70,8 +71,18 @@ class ConfirmSequencer:
         state.last_used = now
         with trio.move_on_after(SEQUENCE_WAIT_SECONDS):
             while state.next_seq < seq:
-                await state.advanced.wait()
+                state.parked += 1
+                try:
+                    await state.advanced.wait()
+                finally:
+                    state.parked -= 1
         return state.next_seq >= seq
+
+    def parked(self, session: str) -> int:
+        """How many confirms of `session` wait in `wait_turn` right now (read-only; lets a
+        test see a confirm that arrived early wait for its turn)."""
+        state = self._sessions.get(session)
+        return state.parked if state is not None else 0
 
     def done(self, session: str, seq: int) -> None:
         state = self._sessions.get(session)

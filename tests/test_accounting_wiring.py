@@ -150,6 +150,26 @@ def _produce(bootstrap: str, topic: str, count: int, size: int) -> int:
     return count * len(value)
 
 
+async def _mirrored(fleet: Fleet, topic: str, partitions: int, timeout: float = 10.0) -> None:
+    """Waits until the proxy's mirror of the main shows the main's WAL end and the high
+    watermark of each partition of `topic`: the state stream delivered every delta of them."""
+    mirror = fleet.proxy.mirrors[fleet.main.config.node_id]
+    store = fleet.main.store
+
+    def hws(node: MainBroker | ProxyBroker) -> list[int | None]:
+        find = node.store.partition if isinstance(node, MainBroker) else node.partition
+        logs = [find(topic, p) for p in range(partitions)]
+        return [log.high_watermark if log is not None else None for log in logs]
+
+    def state() -> tuple[tuple[int, list[int | None]], tuple[int, list[int | None]]]:
+        return (mirror.wal_end, hws(fleet.proxy)), (store.wal.end_offset, hws(fleet.main))
+
+    deadline = trio.current_time() + timeout
+    while (now := state())[0] != now[1]:
+        assert trio.current_time() < deadline, f"the proxy mirrors {now[0]}, the main has {now[1]}"
+        await trio.sleep(0.01)
+
+
 def _sum(
     totals: dict[TrafficKey, tuple[int, int]], channel: str, src: str, dst: str
 ) -> tuple[int, int]:
@@ -165,7 +185,7 @@ async def test_no_payload_crosses_zones(fleet: Fleet) -> None:
     payload = await trio.to_thread.run_sync(
         _produce, f"127.0.0.1:{fleet.proxy.bound_port}", topic, 16_000, 1024
     )
-    await trio.sleep(0.3)  # let the last state-stream deltas arrive
+    await _mirrored(fleet, topic, 2)  # the last state-stream deltas arrived
     proxy = fleet.proxy.traffic.node.accounting.totals()
     main = fleet.main.traffic.node.accounting.totals()
 

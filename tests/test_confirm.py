@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,14 @@ from main_broker.config import BrokerConfig
 from main_broker.confirm import handle_confirm
 from main_broker.state_stream import publish_state
 from shared_wal import RecordType, WalConfig, WalWriter, open_wal_fs
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Polls `check` until it holds; fails with `what` after `timeout` seconds."""
+    deadline = trio.current_time() + timeout
+    while not check():
+        assert trio.current_time() < deadline, what
+        await trio.sleep(0.01)
 
 
 def _config(tmp_path: Path) -> BrokerConfig:
@@ -109,7 +118,7 @@ async def test_confirmed_payload_is_linked_served_and_replayed(tmp_path: Path) -
                 second.append(await handle_confirm(broker, _params(positions[1:], 1)))
 
             inner.start_soon(late)
-            await trio.sleep(0.05)
+            await _until(lambda: broker.confirms.parked("s1") == 1, "seq 1 never waited")
             first = await handle_confirm(broker, _params(positions[:1], 0))
         assert first["parts"][0][:2] == [ErrorCode.none, 0]
         assert second[0]["parts"][0][:2] == [ErrorCode.none, 3]
@@ -123,10 +132,14 @@ async def test_confirmed_payload_is_linked_served_and_replayed(tmp_path: Path) -
         assert RecordType.DATA not in [r.type for r in records]
         got = await trio.to_thread.run_sync(_consume, f"127.0.0.1:{port}", "t", 5)
         assert [v for _, v in got] == [b"a0", b"a1", b"a2", b"b0", b"b1"]
-        await trio.sleep(0.05)
+
+        def rows() -> list[Any]:
+            return [p for f in frames for p in f.get("parts", ()) if p[0] == "t"]
+
         # State stream: full snapshot then deltas with the high watermark moving to 5.
+        await _until(lambda: bool(rows()) and rows()[-1][3] == 5, f"no HW 5 in {frames}")
         assert frames[0]["full"] is True
-        last = [p for f in frames for p in f.get("parts", ()) if p[0] == "t"][-1]
+        last = rows()[-1]
         assert last[3] == 5 and last[6] == 5
         nursery.cancel_scope.cancel()
 
