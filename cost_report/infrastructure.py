@@ -37,6 +37,7 @@ __all__ = [
     "break_even",
     "infrastructure_monthly",
     "markdown",
+    "monthly_bills",
 ]
 
 
@@ -287,6 +288,29 @@ def _day(
     return cost.zonefleet_usd, cost.kafka_rf3_usd, cost.kafka_rf3_fetch_from_follower_usd
 
 
+def monthly_bills(
+    produced_gb_per_month: float,
+    deployment: Deployment = DEFAULT_DEPLOYMENT,
+    prices: PriceSheet = DEFAULT_PRICES,
+    infra: InfraPrices = DEFAULT_INFRA_PRICES,
+    workload: Workload = DEFAULT_WORKLOAD,
+) -> tuple[float, float, float]:
+    """(zonefleet, Kafka RF 3, Kafka RF 3 with fetch from follower) a month, for a month of
+    steady days producing `produced_gb_per_month` in all."""
+    month = prices.days_per_month
+    items = infrastructure_monthly(deployment, prices, infra)
+    # price_day counts the file system itself; the rest of the infrastructure is added here.
+    other_fixed = sum(i.usd_per_month for i in items if not i.shared_fs)
+    # The NLB bills the bytes it processes: every client byte, produced and fetched.
+    nlb_per_gb = (1 + workload.fan_out) * infra.nlb_usd_per_nlcu_hour / infra.nlcu_gb_per_hour
+    zonefleet, kafka, kafka_ffr = _day(produced_gb_per_month / month, deployment, prices, workload)
+    return (
+        zonefleet * month + other_fixed + produced_gb_per_month * nlb_per_gb,
+        kafka * month,
+        kafka_ffr * month,
+    )
+
+
 def break_even(
     deployment: Deployment = DEFAULT_DEPLOYMENT,
     prices: PriceSheet = DEFAULT_PRICES,
@@ -294,29 +318,26 @@ def break_even(
     workload: Workload = DEFAULT_WORKLOAD,
 ) -> BreakEven:
     """Monthly produced GB above which zonefleet (infrastructure + its traffic) costs less than
-    classic Kafka's transfer and disks for the same traffic."""
-    month = prices.days_per_month
-    items = infrastructure_monthly(deployment, prices, infra)
-    # price_day counts the file system itself; the rest of the infrastructure is added here.
-    other_fixed = sum(i.usd_per_month for i in items if not i.shared_fs)
-    # The NLB bills the bytes it processes: every client byte, produced and fetched.
-    nlb_per_gb = (1 + workload.fan_out) * infra.nlb_usd_per_nlcu_hour / infra.nlcu_gb_per_hour
-    zf0, k0, kf0 = _day(0.0, deployment, prices, workload)
-    zf1, k1, kf1 = _day(1.0, deployment, prices, workload)
-    fixed = zf0 * month + other_fixed
-    zonefleet_per_gb = zf1 - zf0 + nlb_per_gb
-    kafka_per_gb, kafka_ffr_per_gb = k1 - k0, kf1 - kf0
+    classic Kafka's transfer and disks for the same traffic. Both bills are linear in the
+    traffic: intercept and slope come from the bills of 0 and of 1000 GB a month."""
+    step = 1000.0
+    z0, k0, kf0 = monthly_bills(0.0, deployment, prices, infra, workload)
+    z1, k1, kf1 = monthly_bills(step, deployment, prices, infra, workload)
+    zonefleet_per_gb = (z1 - z0) / step
+    kafka_per_gb, kafka_ffr_per_gb = (k1 - k0) / step, (kf1 - kf0) / step
 
-    def crossing(per_gb: float) -> float | None:
-        return fixed / (per_gb - zonefleet_per_gb) if per_gb > zonefleet_per_gb else None
+    def crossing(kafka_fixed: float, per_gb: float) -> float | None:
+        if per_gb <= zonefleet_per_gb:
+            return None
+        return (z0 - kafka_fixed) / (per_gb - zonefleet_per_gb)
 
     return BreakEven(
-        fixed_usd_per_month=fixed,
+        fixed_usd_per_month=z0,
         zonefleet_usd_per_gb=zonefleet_per_gb,
         kafka_usd_per_gb=kafka_per_gb,
         kafka_ffr_usd_per_gb=kafka_ffr_per_gb,
-        gb_per_month=crossing(kafka_per_gb),
-        gb_per_month_ffr=crossing(kafka_ffr_per_gb),
+        gb_per_month=crossing(k0, kafka_per_gb),
+        gb_per_month_ffr=crossing(kf0, kafka_ffr_per_gb),
     )
 
 

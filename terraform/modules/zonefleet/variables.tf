@@ -41,13 +41,13 @@ variable "ports" {
 }
 
 variable "bootstrap_host_number" {
-  description = "Each zone's bootstrap address (its NLB) is cidrhost(<zone's subnet>, bootstrap_host_number)."
+  description = "Each zone's bootstrap address (its NLB) is cidrhost(zone subnet, bootstrap_host_number)."
   type        = number
   default     = 10
 }
 
 variable "main_host_base" {
-  description = "The i-th main of a zone gets the fixed address cidrhost(<zone's subnet>, main_host_base + i)."
+  description = "The i-th main of a zone gets the fixed address cidrhost(zone subnet, main_host_base + i)."
   type        = number
   default     = 20
 }

@@ -128,7 +128,7 @@ variable "zonefleet_version" {
 }
 
 variable "zonefleet_package" {
-  description = "pip requirement the nodes install (null: zonefleet==<zonefleet_version>); a wheel URL or path works too."
+  description = "pip requirement the nodes install; null: zonefleet==<zonefleet_version>. A wheel URL or path works too."
   type        = string
   default     = null
 }
