@@ -577,8 +577,9 @@ def produce_stream(
     bootstrap: str, topic: str, partitions: int, progress: str, stop: str, value_bytes: int
 ) -> dict[str, Any]:
     """Produce (acks=all, idempotent) round-robin until the file `stop` exists; every
-    acknowledged record is reported with the offset the broker gave it. `progress` holds the
-    count of acknowledgements per partition, rewritten as they come."""
+    acknowledged record is reported as (partition, offset the broker gave it, key, time sent,
+    time acknowledged). `progress` holds the count of acknowledgements per partition,
+    rewritten as they come."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -591,16 +592,18 @@ def produce_stream(
             "reconnect.backoff.max.ms": 500,
         }
     )
-    acked: list[tuple[int, int, str]] = []
+    acked: list[tuple[int, int, str, float, float]] = []
     failed: list[tuple[str, str]] = []
     counts = dict.fromkeys(range(partitions), 0)
+    sent_at: list[float] = []
 
     def delivered(err: Any, msg: Any) -> None:
         key = msg.key().decode()
         if err is not None:
             failed.append((key, str(err)))
             return
-        acked.append((msg.partition(), msg.offset(), key))
+        sent = sent_at[int(key[1:])]
+        acked.append((msg.partition(), msg.offset(), key, sent, time.time()))
         counts[msg.partition()] += 1
 
     def report() -> None:
@@ -617,6 +620,7 @@ def produce_stream(
         value = key.encode() + pad
         try:
             producer.produce(topic, value, key=key, partition=i % partitions, on_delivery=delivered)
+            sent_at.append(time.time())
             i += 1
         except BufferError:
             pass

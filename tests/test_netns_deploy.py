@@ -298,14 +298,15 @@ def test_every_node_found_its_zone_through_imdsv2(deployment: Deployment) -> Non
             str(host.node_id),
         ]
         assert "Restart=on-failure" in unit.text
+        # The user data logged to the console (captured here) and to its file.
+        logged = (host.root / "var" / "lib" / "zonefleet" / "user-data.log").read_text()
+        assert f"handed {key} over to systemd (zonefleet.service)" in logged, logged
+        assert logged.endswith(host.runs[-1].stdout), (logged, host.runs[-1].stdout)
         # node-config, run by the user data, said where it found the zone ...
         said = host.runs[-1].stdout
         assert f"in zone {zone} (AZ id {az_id})" in said, said
         assert f"found through IMDSv2 at {endpoint}" in said, said
         assert f"region {dep.region}" in said, said
-        # The user data logged to the console (captured here) and to its file.
-        log = (host.root / "var" / "lib" / "zonefleet" / "user-data.log").read_text()
-        assert f"handed {key} over to systemd (zonefleet.service)" in log, log
         # ... the secret it fetched from SSM is the node's, owner-only ...
         secret = host.config_dir / "internal.secret"
         assert oct(secret.stat().st_mode & 0o777) == "0o600"
@@ -485,26 +486,36 @@ def test_a_proxy_killed_and_replaced_loses_nothing_acknowledged(deployment: Depl
         value_bytes=256,
     )
     try:
-        acked = _wait_acked(progress, producer, lambda a: all(n >= 50 for n in a.values()))
+        _wait_acked(progress, producer, lambda a: all(n >= 50 for n in a.values()))
+        killed_at = time.time()
         proxy.kill()  # the machine dies
         assert proxy.proc is not None and proxy.proc.returncode == -9
-        at_kill = _read_progress(progress)
         # The Auto Scaling group's new instance: a fresh disk, the same user data, the unit.
         proxy.wipe()
         dep.boot(proxy)
         proxy.wait_healthy(dep.ns, START_TIMEOUT_S)
+        healthy_at = time.time()
         # Acknowledgements resume on every partition, those served by the new proxy included.
         restarted = _read_progress(progress)
-        acked = _wait_acked(progress, producer, lambda a: all(a[p] >= restarted[p] + 50 for p in a))
+        _wait_acked(progress, producer, lambda a: all(a[p] >= restarted[p] + 50 for p in a))
     finally:
         stop.touch()
     result = _result(producer)
-    print(
-        f"\nproduced {result['sent']}, acknowledged {len(result['acked'])}, failed "
-        f"{len(result['failed'])}; at the kill {sum(at_kill.values())} acknowledged, "
-        f"at the restart {sum(restarted.values())}, at the end {sum(acked.values())}"
-    )
     assert result["failed"] == [] and result["unflushed"] == 0, result["failed"][:5]
+    # Before, during and after: records sent to the dead proxy's partitions while it was down
+    # were acknowledged once its replacement served; the zone's own main kept acknowledging.
+    outage = [r for r in result["acked"] if killed_at <= r[3] < healthy_at]
+    waited = [r for r in outage if r[0] in through_proxy]
+    direct = [r for r in outage if r[0] not in through_proxy and r[4] < healthy_at]
+    print(
+        f"\nproduced {result['sent']}, acknowledged {len(result['acked'])}; proxy down for "
+        f"{healthy_at - killed_at:.1f} s (replacement booted and healthy): {len(waited)} records "
+        f"sent to its partitions then, acknowledged after; {len(direct)} acknowledged meanwhile "
+        f"by the zone's own main"
+    )
+    assert waited and all(r[4] >= killed_at for r in waited)
+    if len(through_proxy) < PARTITIONS:
+        assert direct, "the zone's own main stopped acknowledging while the proxy was down"
 
     # The replacement found its zone through IMDSv2 too.
     endpoint, _ = dep.imds[zone]
@@ -523,7 +534,7 @@ def test_a_proxy_killed_and_replaced_loses_nothing_acknowledged(deployment: Depl
             partitions=PARTITIONS,
         )
         records = consumed["records"]
-        missing = [(p, o, k) for p, o, k in result["acked"] if records[str(p)].get(str(o)) != k]
+        missing = [r for r in result["acked"] if records[str(r[0])].get(str(r[1])) != r[2]]
         assert not missing, (
             f"{len(missing)} acknowledged records missing in {reader}: {missing[:5]}"
         )
