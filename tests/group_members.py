@@ -25,6 +25,8 @@ from zone_router import group_coordinator
 
 # (monotonic time, member name, "assign" | "revoke" | "lost", partitions)
 Event = tuple[float, str, str, frozenset[int]]
+# A ConfluentMember's config for `heartbeats()`: librdkafka statistics five times a second.
+STATS = {"statistics.interval.ms": 200}
 
 
 class ConfluentMember(threading.Thread):
@@ -52,6 +54,7 @@ class ConfluentMember(threading.Thread):
         self.owned: set[int] = set()
         self._next: dict[int, int] = {}  # partition -> offset after the last one read
         self._lock = threading.Lock()
+        self._heartbeats = -1  # from librdkafka's statistics; -1 until the first of them
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -59,6 +62,7 @@ class ConfluentMember(threading.Thread):
                 "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
+                "stats_cb": self._stats,  # called only with statistics.interval.ms (STATS)
                 **config,
             }
         )
@@ -95,6 +99,16 @@ class ConfluentMember(threading.Thread):
     def assigned(self) -> set[int]:
         return set(self.owned)
 
+    def _stats(self, stats: str) -> None:
+        brokers = json.loads(stats).get("brokers", {}).values()
+        self._heartbeats = sum(b.get("req", {}).get("Heartbeat", 0) for b in brokers)
+
+    def heartbeats(self) -> int:
+        """The classic Heartbeat requests this member sent its coordinator so far, as of its
+        last statistics (members built with `**STATS`; -1 before the first). librdkafka keeps
+        one heartbeat in flight: once the count grew by two, the first was answered."""
+        return self._heartbeats
+
     def run(self) -> None:
         try:
             while not self.stop.is_set() and not self.abandon.is_set():
@@ -115,6 +129,31 @@ class ConfluentMember(threading.Thread):
                 self.consumer.close()
         except BaseException as exc:
             self.error = exc
+
+
+def wait_heartbeats(members: Sequence[ConfluentMember], n: int, timeout: float = 60) -> None:
+    """Until each member sent `n` more heartbeats than now, so that its coordinator answered
+    at least `n - 1` of them (one is in flight at a time)."""
+    wait_until(lambda: all(m.heartbeats() >= 0 for m in members), timeout, lambda: "no stats")
+    start = {m.member: m.heartbeats() for m in members}
+    wait_until(
+        lambda: all(m.heartbeats() >= start[m.member] + n for m in members),
+        timeout,
+        lambda: f"heartbeats since {start}: {[m.heartbeats() for m in members]}",
+    )
+
+
+def wait_kafka_python_heartbeats(consumer: Any, n: int, timeout: float = 60) -> None:
+    """Until a kafka-python consumer's heartbeat thread got `n` more answers its coordinator
+    did not refuse (a REBALANCE_IN_PROGRESS one counts too: kafka-python then rejoins)."""
+    heartbeat = consumer._coordinator.heartbeat
+    answered, seen = 0, heartbeat.last_receive
+    deadline = time.monotonic() + timeout
+    while answered < n:  # polled far faster than it heartbeats: no answer goes uncounted
+        assert time.monotonic() < deadline, f"{answered} of {n} heartbeats answered"
+        if heartbeat.last_receive > seen:
+            answered, seen = answered + 1, heartbeat.last_receive
+        time.sleep(0.05)
 
 
 def values_read(members: Sequence[ConfluentMember]) -> list[bytes]:

@@ -29,8 +29,10 @@ from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     ZoneFleet,
     create_topic,
+    is_marker,
     kept_admin,
     produce_confluent,
+    produce_markers,
     running_up_fleet,
     unique_name,
     write_zones_toml,
@@ -74,6 +76,32 @@ def _describe(fleet: ZoneFleet, zone: str, group: str) -> Any:
 
 def _values(members: list[ConfluentMember]) -> list[bytes]:
     return [v for m in members for _, _, v in m.records]
+
+
+def _group(fleet: ZoneFleet, group: str) -> Any:
+    """The group as its coordinator describes it (a raw ConsumerGroupDescribe)."""
+    raw = RawKafka(fleet.bootstrap("az1"))
+    try:
+        request = {"group_ids": [group], "include_authorized_operations": False}
+        (described,) = raw.request(69, 1, request).groups
+    finally:
+        raw.close()
+    assert described.error_code == ErrorCode.none, described
+    return described
+
+
+def _partitions(assignment: Any) -> set[int]:
+    return {p for tp in assignment.topic_partitions for p in tp.partitions}
+
+
+def _wait_stable(fleet: ZoneFleet, group: str) -> None:
+    """Until every member of the group holds its target assignment at the group's epoch (the
+    coordinator's Stable): no assignment change is pending for any of them."""
+    wait_until(
+        lambda: _group(fleet, group).group_state == "Stable",
+        60,
+        lambda: f"{_group(fleet, group)}",
+    )
 
 
 def test_three_zones_consume_exactly_once_then_one_member_leaves(zone_fleet: ZoneFleet) -> None:
@@ -126,7 +154,11 @@ def test_three_zones_consume_exactly_once_then_one_member_leaves(zone_fleet: Zon
         )
         producer.join(60)
         wait_until(lambda: len(_values(members)) >= 2 * n, 60, lambda: f"{len(_values(members))}")
-        time.sleep(1.0)  # a duplicate would arrive now
+        # No duplicate still to come: the group settled, and each partition was read up to a
+        # marker written after every record.
+        _wait_stable(fleet, group)
+        markers = produce_markers(fleet.bootstrap("az1"), "az1", topic, PARTITIONS)
+        wait_until(lambda: markers <= set(_values(members)), 60, lambda: f"{len(_values(members))}")
         d = _describe(fleet, "az1", group)
         assert len(d.members) == 2
     finally:
@@ -135,9 +167,10 @@ def test_three_zones_consume_exactly_once_then_one_member_leaves(zone_fleet: Zon
         assert m.error is None, m.error
         assert not m.errors, m.errors
     check_exclusive_ownership(events)
-    values = _values(members)
+    values = [v for v in _values(members) if not is_marker(v)]
     assert len(values) == len(set(values)) == 2 * n
     assert set(values) == {f"{p}-{i}".encode() for p in "ab" for i in range(n)}
+    assert sorted(v for v in _values(members) if is_marker(v)) == sorted(markers)
 
 
 def test_range_assignor_and_static_member_returns_to_its_partitions(
@@ -185,7 +218,7 @@ def test_range_assignor_and_static_member_returns_to_its_partitions(
         members.append(a2)
         a2.start()
         wait_until(lambda: a2.assigned() == a_parts, 60, lambda: f"{a2.assigned()}")
-        time.sleep(2.0)
+        _wait_stable(fleet, group)  # b heard of any change the rejoin made
         assert b.assigned() == b_parts
         assert [e for e in events if e[1] == "b"] == b_events
         # A second live process with b's instance id is refused (UNRELEASED_INSTANCE_ID).
@@ -333,7 +366,7 @@ def test_a_silent_member_is_dropped_after_its_session_timeout(zone_fleet: ZoneFl
     topic, group = unique_name("silent"), unique_name("silent")
     create_topic(fleet, "az1", topic, 3)
     raw = RawKafka(fleet.bootstrap("az1"))
-    _member, _epoch, got = _join_until_assigned(raw, group, topic)
+    silent, _epoch, got = _join_until_assigned(raw, group, topic)
     raw.close()
     assert sorted(got[0].partitions) == [0, 1, 2]
     joined = time.monotonic()
@@ -341,8 +374,16 @@ def test_a_silent_member_is_dropped_after_its_session_timeout(zone_fleet: ZoneFl
     m = ConfluentMember("m", fleet.bootstrap("az2"), "az2", group, [topic], events, **KIP848)
     m.start()
     try:
-        # The silent member still holds every partition: nothing may go to m yet.
-        time.sleep(2.0)
+        # The silent member still holds every partition: nothing may go to m yet, although
+        # the coordinator has m in the group with a share in its target assignment.
+        others: list[Any] = []
+
+        def in_target() -> bool:
+            others[:] = [x for x in _group(fleet, group).members if x.member_id != silent]
+            return bool(others) and bool(_partitions(others[0].target_assignment))
+
+        wait_until(in_target, 30, lambda: f"{_group(fleet, group)}")
+        assert _partitions(others[0].assignment) == set()
         assert m.assigned() == set()
         wait_until(lambda: m.assigned() == {0, 1, 2}, 30, lambda: f"{m.assigned()}")
         assert time.monotonic() - joined >= SESSION_TIMEOUT_MS / 1000 - 0.5

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.fleet_process import FleetProcess
 from tests.group_members import (
+    STATS,
     ChildMember,
     ConfluentMember,
     Event,
@@ -30,6 +31,8 @@ from tests.group_members import (
     restart_main,
     stop_all,
     values_read,
+    wait_heartbeats,
+    wait_kafka_python_heartbeats,
     wait_until,
 )
 from tests.raw_kafka import RawKafka
@@ -117,7 +120,8 @@ def test_confluent_members_keep_their_generation_and_assignment(
             group,
             [topic],
             events,
-            **{"session.timeout.ms": SESSION_MS},
+            **{"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 1000},
+            **STATS,
             # KIP-345 static members come back with their instance ids.
             **({"group.instance.id": f"{group}-{z}"} if static else {}),
         )
@@ -154,7 +158,7 @@ def test_confluent_members_keep_their_generation_and_assignment(
             lambda: f"{len(values_read(members))} read; {[m.assigned() for m in members]}",
         )
         # Some heartbeats later: still the same members and generation.
-        time.sleep(4)
+        wait_heartbeats(members, 3)
         assert _members(fleet, group) == ("Stable", before)
         assert {_generation(fleet, group, mid) for mid in before} == {generation}
         assert events == events_before, "the restart caused a rebalance"
@@ -223,7 +227,7 @@ def test_kafka_python_member_keeps_its_generation(
         _restart_coordinator(proc, fleet, group)
         produce_confluent(fleet.bootstrap("az1"), "az1", topic, 300, "b")
         wait_until(lambda: len(read) >= 600, 90, lambda: f"{len(read)} read")
-        time.sleep(3)  # a few heartbeats on the restarted coordinator
+        wait_kafka_python_heartbeats(consumer, 3)  # by the restarted coordinator
         assert listener.calls == calls, "the restart caused a rebalance"
         assert consumer._coordinator._generation.generation_id == generation
         assert consumer._coordinator._generation.member_id == member_id

@@ -6,6 +6,7 @@ restart after the move (the new leader and every record stay)."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -28,6 +29,7 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from tests.group_members import wait_until
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     SplitFleet,
@@ -98,6 +100,28 @@ def _wait_moved(admin: KafkaAdminClient, fleet: ZoneFleet, topic: str, target: i
             return time.monotonic() - started
         time.sleep(0.1)
     raise AssertionError(f"the move of {topic}-0 to {target} did not finish in 60 s")
+
+
+def _uploaded_end(running: dict[str, Any], node: int, topic: str) -> int:
+    """Where the objects of partition 0 of `topic` end in main `node`'s manifest (the fleet's
+    file:// object store); 0 while the manifest lists none of them."""
+    path = Path(running["path"]).parent / "objects" / "manifests" / f"{node}.json"
+    if not path.is_file():
+        return 0
+    streams = json.loads(path.read_text())["streams"]
+    ends = [
+        r[1] for s in streams if (s["topic"], s["partition"]) == (topic, 0) for r in s["ranges"]
+    ]
+    return max(ends, default=0)
+
+
+def _wait_uploaded(running: dict[str, Any], node: int, topic: str, above: int) -> None:
+    """Until main `node` has uploaded partition 0 of `topic` beyond offset `above`."""
+    wait_until(
+        lambda: _uploaded_end(running, node, topic) > above,
+        30,
+        lambda: f"main {node} uploaded {topic}-0 up to {_uploaded_end(running, node, topic)}",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +285,17 @@ class _Load:
         finally:
             consumer.close()
 
+    def wait(self, acked: int, read: int = 0, timeout: float = 60) -> None:
+        """Until at least `acked` records were acknowledged and `read` distinct ones consumed."""
+        wait_until(
+            lambda: len(self.acked) >= acked and len(self.read) >= read,
+            timeout,
+            lambda: (
+                f"{len(self.acked)} of {acked} acknowledged, {len(self.read)} of {read} read; "
+                f"failed {self.failed[:3]}, errors {self.errors[:3]}"
+            ),
+        )
+
     def finish(self) -> None:
         """Stop producing; once the consumer caught up, check that every acknowledged record
         was consumed exactly once, at dense offsets from 0."""
@@ -391,7 +426,11 @@ def test_move_under_load(running: dict[str, Any]) -> None:
     target = _other_main(zfleet, source)
     load = _Load(zfleet, topic).start()
     try:
-        time.sleep(4)
+        # Under load: records acknowledged and consumed, the older ones in the source's objects
+        # and the newer ones in its WAL.
+        load.wait(acked=500, read=100)
+        _wait_uploaded(running, source, topic, 0)
+        load.wait(acked=len(load.acked) + 200)
         before = len(load.acked)
         took = _move(zfleet, topic, target)
         handoff = _status(zfleet, target)["cluster"]["reassignment"]
@@ -401,7 +440,9 @@ def test_move_under_load(running: dict[str, Any]) -> None:
         metrics = httpx.get(f"http://{m.admin_host}:{m.admin_port}/metrics", timeout=5).text
         assert f"zonefleet_reassignment_takeovers {handoff['completed']}" in metrics
         assert "zonefleet_reassignments_under_way 0" in metrics
-        time.sleep(4)
+        # Produce and consume go on with the new leader.
+        moved = len(load.acked)
+        load.wait(acked=moved + 500, read=moved + 100)
         after = len(load.acked)
     finally:
         load.finish()
@@ -426,7 +467,6 @@ def test_move_under_load(running: dict[str, Any]) -> None:
     assert named in (manifests / f"{target}.json").read_text()
     took_over = [line for line in running["proc"].output if f"took {topic}-0 over" in line]
     print(took_over, len(load.acked))
-    _MOVED[topic] = (target, len(load.acked))
 
 
 def test_move_there_and_back_under_load(running: dict[str, Any]) -> None:
@@ -439,13 +479,17 @@ def test_move_there_and_back_under_load(running: dict[str, Any]) -> None:
     b, c = (m.broker.node_id for m in fleet.config.mains if m.broker.node_id != a)
     load = _Load(fleet, topic).start()
     counts = []
+    moved = 0  # acknowledged when the last move finished
     try:
-        for epoch, target in enumerate((b, c, a), start=1):
-            time.sleep(2)
+        # Before each move, the leader acknowledged records of its own and uploaded some.
+        for epoch, (leader, target) in enumerate(((a, b), (b, c), (c, a)), start=1):
+            load.wait(acked=moved + 300)
+            _wait_uploaded(running, leader, topic, moved)
             counts.append(len(load.acked))
             assert _move(fleet, topic, target) < 15
             assert _leader(fleet, topic, 0) == (target, epoch)
-        time.sleep(2)
+            moved = len(load.acked)
+        load.wait(acked=moved + 300)
         counts.append(len(load.acked))
     finally:
         try:
@@ -465,12 +509,20 @@ def test_move_there_and_back_under_load(running: dict[str, Any]) -> None:
         assert {v for _, _, v in got} == set(load.acked), zone
 
 
-_MOVED: dict[str, tuple[int, int]] = {}
-
-
 def test_restart_keeps_the_new_leader_and_records(running: dict[str, Any], fleet_dir: Path) -> None:
-    assert _MOVED, "needs test_move_under_load"
-    (topic, (target, count)), *_ = _MOVED.items()
+    """A partition moved with history in the source's objects, a tail in its WAL and records
+    the target appended; then the whole fleet restarts."""
+    zfleet: ZoneFleet = running["fleet"]
+    topic = f"restart-{uuid.uuid4().hex[:8]}"
+    create_topic(zfleet, "az1", topic, 1)
+    source, _ = _leader(zfleet, topic, 0)
+    target = _other_main(zfleet, source)
+    produce_confluent(zfleet.bootstrap("az2"), "az2", topic, 500, "r")
+    _wait_uploaded(running, source, topic, 0)
+    produce_confluent(zfleet.bootstrap("az3"), "az3", topic, 500, "r", start=500)
+    assert _move(zfleet, topic, target) < 15
+    produce_confluent(zfleet.bootstrap("az1"), "az1", topic, 500, "r", start=1000)
+    count = 1500
     assert running["proc"].stop() == 0
     proc, zfleet = start_up_fleet(fleet_dir, config=running["path"])
     running["proc"], running["fleet"] = proc, zfleet
@@ -480,6 +532,7 @@ def test_restart_keeps_the_new_leader_and_records(running: dict[str, Any], fleet
         values = [v for _, _, v in got]
         assert len(values) == len(set(values)) == count, (zone, len(values), count)
         assert [o for _, o, _ in got] == list(range(count))
+        check_exactly_once_in_order(got, count, "r")
     # Produce goes to the new leader after the restart too.
     producer = Producer(
         {

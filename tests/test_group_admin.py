@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.fleet_process import FleetProcess
 from tests.group_members import (
+    STATS,
     ConfluentMember,
     Event,
     check_exclusive_ownership,
@@ -45,6 +46,8 @@ from tests.group_members import (
     main_bootstraps,
     restart_main,
     stop_all,
+    wait_heartbeats,
+    wait_kafka_python_heartbeats,
     wait_until,
 )
 from tests.raw_kafka import RawKafka
@@ -52,8 +55,10 @@ from tests.zone_fleet import (
     ZoneFleet,
     check_exactly_once_in_order,
     create_topic,
+    is_marker,
     kept_admin,
     produce_confluent,
+    produce_markers,
     running_up_fleet,
     unique_name,
     zone_client_id,
@@ -121,6 +126,27 @@ def _one_group_per_main(fleet: ZoneFleet, prefix: str) -> dict[int, str]:
         g = unique_name(prefix)
         groups.setdefault(coordinator_of(fleet, g), g)
     return groups
+
+
+def _wait_settled(fleet: ZoneFleet, group: str, members: dict[str, ConfluentMember]) -> None:
+    """Until DescribeGroups shows the classic group Stable with each member (by instance id)
+    holding what its client was given: no rebalance under way, every callback run."""
+
+    def held() -> dict[str | None, set[int]] | None:
+        (future,) = kept_admin(fleet, "az1").describe_consumer_groups([group]).values()
+        d = future.result(timeout=30)
+        if d.state != ConsumerGroupState.STABLE:
+            return None
+        return {
+            m.group_instance_id: {tp.partition for tp in m.assignment.topic_partitions}
+            for m in d.members
+        }
+
+    wait_until(
+        lambda: held() == {i: m.assigned() for i, m in members.items()},
+        45,
+        lambda: f"described {held()}, clients {[m.assigned() for m in members.values()]}",
+    )
 
 
 # -- DeleteGroups and OffsetDelete ------------------------------------------------------------
@@ -350,7 +376,12 @@ def test_static_member_restart_without_rebalance_and_fenced_duplicate(
     create_topic(fleet, "az1", topic, 4)
     group = unique_name("static")
     events: list[Event] = []
-    static = {"session.timeout.ms": 20000, "partition.assignment.strategy": "range"}
+    static = {
+        "session.timeout.ms": 20000,
+        "heartbeat.interval.ms": 500,
+        "partition.assignment.strategy": "range",
+        **STATS,
+    }
     a = ConfluentMember(
         "a",
         fleet.bootstrap("az1"),
@@ -380,7 +411,7 @@ def test_static_member_restart_without_rebalance_and_fenced_duplicate(
             45,
             lambda: f"{a.assigned()} {b.assigned()}",
         )
-        time.sleep(1.0)
+        _wait_settled(fleet, group, {"inst-a": a, "inst-b": b})
         a_parts, b_parts = a.assigned(), b.assigned()
         b_events = len([e for e in events if e[1] == "b"])
         # a restarts: a static member's close sends no LeaveGroup; the new process rejoins
@@ -400,7 +431,7 @@ def test_static_member_restart_without_rebalance_and_fenced_duplicate(
         members.append(a2)
         a2.start()
         wait_until(lambda: a2.assigned() == a_parts, 45, lambda: f"{a2.assigned()}")
-        time.sleep(3.0)
+        wait_heartbeats([b], 3)  # b would have been told of a rebalance
         assert b.assigned() == b_parts
         assert len([e for e in events if e[1] == "b"]) == b_events, events
         # A duplicate of a live instance: the newcomer takes over, the old one is fenced.
@@ -449,6 +480,7 @@ def test_static_member_restart_keeps_generation_with_kafka_python(zone_fleet: Zo
             group_id=group,
             group_instance_id=instance,
             session_timeout_ms=20000,
+            heartbeat_interval_ms=500,
             enable_auto_commit=False,
         )
 
@@ -477,7 +509,7 @@ def test_static_member_restart_keeps_generation_with_kafka_python(zone_fleet: Zo
         while not parts(a2):
             assert time.monotonic() < deadline, "the restarted member got nothing"
             a2.poll(timeout_ms=100)
-        time.sleep(1.0)
+        wait_kafka_python_heartbeats(b, 3)  # b would have been told of a rebalance
         assert parts(a2) == a_parts and parts(b) == b_parts
         assert _stable_generation(a2) == generation
         assert _stable_generation(b) == generation
@@ -569,10 +601,16 @@ def test_cooperative_sticky_members_join_and_leave_while_records_flow(
 
         t = threading.Thread(target=produce, daemon=True)
         t.start()
-        for name, zone in (("m2", "az2"), ("m3", "az3")):
-            members.append(member(name, zone))
-            members[-1].start()
-            time.sleep(2.0)
+        # m2 joins, and once it holds its half, m3.
+        members.append(member("m2", "az2"))
+        members[-1].start()
+        wait_until(
+            lambda: all(len(m.assigned()) == 3 for m in members),
+            60,
+            lambda: f"{[m.assigned() for m in members]}",
+        )
+        members.append(member("m3", "az3"))
+        members[-1].start()
         wait_until(
             lambda: all(len(m.assigned()) == 2 for m in members),
             60,
@@ -594,7 +632,13 @@ def test_cooperative_sticky_members_join_and_leave_while_records_flow(
             return sum(len(m.records) for m in members)
 
         wait_until(lambda: read() >= total, 60, lambda: f"{read()} of {total}")
-        time.sleep(1.0)  # a duplicate would arrive now
+        # No duplicate still to come: each partition was read up to a marker after its records.
+        markers = produce_markers(fleet.bootstrap("az2"), "az2", topic, partitions)
+        wait_until(
+            lambda: markers <= {v for m in members for _, _, v in m.records},
+            60,
+            lambda: f"{read()} of {total} and the markers",
+        )
     finally:
         stop_all(members)
     for m in members:
@@ -603,7 +647,9 @@ def test_cooperative_sticky_members_join_and_leave_while_records_flow(
     check_exclusive_ownership(events)
     # Every partition's records reached exactly one member at a time, in order; over the
     # whole run every record arrived once.
-    records = [r for m in members for r in m.records]
+    everything = [r for m in members for r in m.records]
+    assert sorted(v for _, _, v in everything if is_marker(v)) == sorted(markers)
+    records = [r for r in everything if not is_marker(r[2])]
     by_value = {v for _, _, v in records}
     assert len(records) == len(by_value) == total
     for i in range(3):

@@ -374,6 +374,36 @@ def produce_confluent(
     assert errors == []
 
 
+def produce_markers(bootstrap: str, zone: str, topic: str, partitions: int) -> set[bytes]:
+    """One record `marker-<p>` at the end of each partition p (idempotent, acks=all); returns
+    the values. Makes "nothing more arrives" observable: a consumer reads a partition in offset
+    order, so once it read the marker, a duplicate of an earlier record (a rewind) would have
+    come before it."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": zone_client_id(zone),
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+    )
+    errors: list[object] = []
+    for p in range(partitions):
+        producer.produce(
+            topic,
+            f"marker-{p}".encode(),
+            partition=p,
+            on_delivery=lambda err, _msg: errors.append(err) if err else None,
+        )
+    assert producer.flush(30) == 0
+    assert errors == []
+    return {f"marker-{p}".encode() for p in range(partitions)}
+
+
+def is_marker(value: bytes) -> bool:
+    return value.startswith(b"marker-")
+
+
 def consume_confluent(
     bootstrap: str, zone: str, topic: str, partitions: int, n: int, timeout: float = 30.0
 ) -> list[Record]:
