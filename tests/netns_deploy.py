@@ -24,9 +24,11 @@ import hashlib
 import ipaddress
 import json
 import os
+import random
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -341,6 +343,111 @@ class DeployLedger(TcpLedger):
         for s in by_tuple.values():
             out[ns.peer_kind(zone, s)].append(s)
         return out
+
+
+# -- what crossed: full frames ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    src: tuple[str, int]
+    dst: tuple[str, int]
+    payload: bytes
+
+
+def tcp_segments(path: Path) -> list[Segment]:
+    """The TCP/IPv4 segments with a payload in a pcap file of Ethernet frames captured whole."""
+    data = path.read_bytes()
+    magics = {
+        b"\xd4\xc3\xb2\xa1": "<",
+        b"\xa1\xb2\xc3\xd4": ">",
+        b"\x4d\x3c\xb2\xa1": "<",
+        b"\xa1\xb2\x3c\x4d": ">",
+    }
+    endian = magics.get(data[:4])
+    if endian is None or struct.unpack_from(endian + "I", data, 20)[0] & 0x0FFFFFFF != 1:
+        raise ValueError(f"{path}: not a pcap file of Ethernet frames")
+    out: list[Segment] = []
+    pos = 24
+    while pos + 16 <= len(data):
+        _, _, caplen, length = struct.unpack_from(endian + "IIII", data, pos)
+        frame = data[pos + 16 : pos + 16 + caplen]
+        pos += 16 + caplen
+        if caplen != length:
+            raise ValueError(f"{path}: a frame of {length} B captured as {caplen} B")
+        if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != 6:
+            continue  # not TCP over IPv4 (ARP)
+        ip = frame[14:]
+        ihl, total = (ip[0] & 0x0F) * 4, struct.unpack_from("!H", ip, 2)[0]
+        tcp = ip[ihl:total]
+        payload = tcp[(tcp[12] >> 4) * 4 :]
+        if payload:
+            sport, dport = struct.unpack_from("!HH", tcp, 0)
+            src, dst = ".".join(map(str, ip[12:16])), ".".join(map(str, ip[16:20]))
+            out.append(Segment((src, sport), (dst, dport), payload))
+    return out
+
+
+class FrameCapture:
+    """`tcpdump -s 0` on every zone's eth0: whole frames, payload included, for a window."""
+
+    def __init__(self, ns: DeployNamespaces, out_dir: Path) -> None:
+        self.ns = ns
+        self.out_dir = out_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def path(self, zone: str) -> Path:
+        return self.out_dir / f"{zone}.pcap"
+
+    def start(self) -> FrameCapture:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        for zone in self.ns.zones:
+            cmd = ["tcpdump", "-i", ZONE_IFACE, "-n", "-s", "0", "-U", "-Z", "root"]
+            cmd += ["-B", "16384", "-w", str(self.path(zone))]
+            self.procs[zone] = subprocess.Popen(
+                self.ns.argv(zone, cmd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+        for zone, proc in self.procs.items():
+            assert proc.stderr is not None
+            line = proc.stderr.readline().decode(errors="replace")  # once it is attached
+            if "listening on" not in line:
+                self.stop()
+                raise RuntimeError(f"tcpdump in {zone} did not start: {line}")
+        return self
+
+    def stop(self) -> dict[str, str]:
+        """Stop the captures (SIGTERM flushes them); returns each one's closing statistics."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        stats = {}
+        for zone, proc in self.procs.items():
+            try:
+                _, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            stats[zone] = err.decode(errors="replace")
+        return stats
+
+
+def payload_windows(pool: bytes, width: int) -> set[bytes]:
+    """Every `width`-byte run of `pool`: any segment holding one carried produced payload."""
+    return {pool[i : i + width] for i in range(len(pool) - width + 1)}
+
+
+def find_payload(segment: bytes, windows: set[bytes], width: int) -> int:
+    """Bytes of `segment` that lie in a run of produced payload (0: none of it)."""
+    hits = [i for i in range(len(segment) - width + 1) if segment[i : i + width] in windows]
+    covered: set[int] = set()
+    for i in hits:
+        covered.update(range(i, i + width))
+    return len(covered)
+
+
+def value_pool(seed: int, value_bytes: int) -> bytes:
+    """The random values `produce` sends (64 of them, reused): the test knows them too."""
+    return random.Random(seed).randbytes(value_bytes * 64)
 
 
 # -- one node's machine -----------------------------------------------------------------------
@@ -676,10 +783,10 @@ def consume_all(
 
 
 def produce(
-    bootstrap: str, topic: str, partitions: int, messages: int, value_bytes: int
+    bootstrap: str, topic: str, partitions: int, messages: int, value_bytes: int, seed: int
 ) -> dict[str, Any]:
-    """Produce `messages` random values round-robin (acks=all, idempotent, 64 KiB batches);
-    report per partition the count and a digest of the values in offset order."""
+    """Produce `messages` values of `value_pool(seed)` round-robin (acks=all, idempotent, 64 KiB
+    batches); report per partition the count and a digest of the values in offset order."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -703,7 +810,7 @@ def produce(
         digests[msg.partition()].update(msg.value())  # in offset order per partition
         counts[msg.partition()] += 1
 
-    pool = os.urandom(value_bytes * 64)  # random: nothing could compress it
+    pool = value_pool(seed, value_bytes)  # random: nothing could compress it
     for i in range(messages):
         value = pool[(i % 64) * value_bytes : (i % 64 + 1) * value_bytes]
         while True:

@@ -23,7 +23,8 @@ started exactly as that unit's ExecStart says, with the unit's Environment, in t
 What it proves: the module's user data configures every node of the example's fleet; each node
 finds its zone through IMDSv2 (not from a flag); each zone's clients, bootstrapping from their
 zone's address, see only their zone's brokers and produce and consume with no payload crossing
-zones (kernel socket counters, with every byte on each zone's eth0 accounted for); and a proxy
+zones (kernel socket counters, with every byte on each zone's eth0 accounted for, and every
+frame on the zones' eth0 searched for the bytes produced); and a proxy
 killed with SIGKILL and replaced as the Auto Scaling group would (a fresh disk, the user data
 again, the unit started again) loses nothing acknowledged. What it cannot: the AWS resources
 themselves (NLB, ASG, IAM, security groups, FSx; those are checked statically), cloud-init
@@ -36,6 +37,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -54,12 +56,17 @@ from tests.netns_deploy import (
     REGIONAL,
     DeployLedger,
     DeployNamespaces,
+    FrameCapture,
     Host,
     RenderedLayout,
     example_values,
+    find_payload,
     helper_argv,
+    payload_windows,
     regional_address,
     render_layout,
+    tcp_segments,
+    value_pool,
 )
 from tests.ports import free_port
 from tests.s3_servers import ACCESS_KEY, SECRET_KEY, stop_process, venv_binary
@@ -370,7 +377,11 @@ def test_zone_clients_see_their_zone_and_payload_stays_in_it(deployment: Deploym
         assert all(a.split(":")[0] in dep.ns.addresses[zone] for a in meta["brokers"].values())
         assert {str(v) for v in meta["leaders"].values()} <= own, (zone, meta)
 
+    seeds = {zone: secrets.randbits(32) for zone in zones}
+    capture = FrameCapture(dep.ns, dep.base / "pcap") if shutil.which("tcpdump") else None
     before = _kernel(dep)
+    if capture is not None:
+        capture.start()
     # Zone K produces its topic; zone K+1 reads it back through its own proxy.
     producers = {
         zone: _spawn(
@@ -382,6 +393,7 @@ def test_zone_clients_see_their_zone_and_payload_stays_in_it(deployment: Deploym
             partitions=PARTITIONS,
             messages=MESSAGES,
             value_bytes=VALUE_BYTES,
+            seed=seeds[zone],
         )
         for zone in zones
     }
@@ -400,6 +412,8 @@ def test_zone_clients_see_their_zone_and_payload_stays_in_it(deployment: Deploym
     for zone, proc in consumers.items():
         consumed = _result(proc)
         assert consumed["partitions"] == produced[zone]["partitions"], zone
+    if capture is not None:
+        capture.stop()
     after = _kernel(dep)
 
     payload = sum(p["payload_bytes"] for p in produced.values())
@@ -415,6 +429,12 @@ def test_zone_clients_see_their_zone_and_payload_stays_in_it(deployment: Deploym
     assert cross <= MAX_CROSS_ZONE_RATIO * payload, (
         f"{cross} B crossed zones, {cross / payload:.2%} of the payload"
     )
+    # Not one run of produced payload in a frame between zones: every frame on every zone's
+    # eth0 during the workload, searched for any 16 bytes of the values produced.
+    if capture is None:
+        print("tcpdump is not installed: frames not searched for payload (make apt-deps)")
+    else:
+        _search_frames(dep, capture, seeds)
     # Every regional socket is storage: the nodes' object store and metadata, at moto.
     moto_host, moto_port = dep.moto.split(":")
     for zone in zones:
@@ -428,6 +448,32 @@ def test_zone_clients_see_their_zone_and_payload_stays_in_it(deployment: Deploym
             f"{zone}: eth0 tx {c.tx_bytes} B / {c.tx_packets} packets vs {sent} B on the "
             "sockets to other zones and the regional services"
         )
+
+
+def _search_frames(dep: Deployment, capture: FrameCapture, seeds: dict[str, int]) -> None:
+    width = 16
+    windows: set[bytes] = set()
+    for seed in seeds.values():
+        windows |= payload_windows(value_pool(seed, VALUE_BYTES), width)
+    probe = value_pool(next(iter(seeds.values())), VALUE_BYTES)[100:140]
+    assert find_payload(b"header" + probe, windows, width) == len(probe)  # the search works
+    seen = {"cross-zone": [0, 0], REGIONAL: [0, 0]}  # kind -> [TCP payload bytes, of it payload]
+    for zone in dep.ns.zones:
+        for seg in tcp_segments(capture.path(zone)):
+            if dep.ns.zone_of(seg.src[0]) != zone:
+                continue  # each byte once: where it left
+            peer = dep.ns.zone_of(seg.dst[0])
+            kind = REGIONAL if peer == REGIONAL else "cross-zone"
+            seen[kind][0] += len(seg.payload)
+            seen[kind][1] += find_payload(seg.payload, windows, width)
+    print(
+        f"frames on the zones' eth0 during the workload: cross-zone TCP payload "
+        f"{seen['cross-zone'][0]} B, of which produced payload {seen['cross-zone'][1]} B; to the "
+        f"regional services {seen[REGIONAL][0]} B, of which produced payload {seen[REGIONAL][1]} "
+        "B (that would be object uploads to S3)"
+    )
+    assert seen["cross-zone"][0] > 0, "the capture saw no cross-zone traffic at all"
+    assert seen["cross-zone"][1] == 0, f"{seen['cross-zone'][1]} B of payload crossed zones"
 
 
 def _spawn(dep: Deployment, zone: str, command: str, **kwargs: Any) -> subprocess.Popen[str]:
