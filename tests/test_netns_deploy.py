@@ -47,7 +47,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,7 @@ class Deployment:
     moto: str  # its address:port in the regional namespace
     region: str
     base: Path
+    clients: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def bootstrap(self, zone: str) -> str:
         return str(self.layout.outputs["bootstrap"][zone])
@@ -266,6 +267,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         dep = Deployment(ns, layout, hosts, ledger, imds, aws_env, moto, region, base)
 
         def stop_all() -> None:
+            for client in dep.clients:  # a failed test's clients
+                if client.poll() is None:
+                    client.kill()
+                    client.communicate()
             for host in hosts.values():
                 host.stop()
             for host in hosts.values():
@@ -482,13 +487,15 @@ def _search_frames(dep: Deployment, capture: FrameCapture, seeds: dict[str, int]
 
 
 def _spawn(dep: Deployment, zone: str, command: str, **kwargs: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         dep.ns.argv(zone, helper_argv(command, kwargs)),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    dep.clients.append(proc)
+    return proc
 
 
 def _result(proc: subprocess.Popen[str], timeout: float = 180) -> Any:
