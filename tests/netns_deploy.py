@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tests.netns import (
     REPO,
@@ -487,6 +487,10 @@ echo "$*" >> {log}
 """
 
 
+class RunsInZones(Protocol):
+    def argv(self, zone: str, cmd: Sequence[str]) -> list[str]: ...
+
+
 @dataclass
 class Host:
     """One node's machine: its user data, what it left behind, and the node it started."""
@@ -524,7 +528,7 @@ class Host:
         if self.root.exists():
             shutil.rmtree(self.root)
 
-    def run_user_data(self, ns: DeployNamespaces, env: Mapping[str, str]) -> str:
+    def run_user_data(self, ns: RunsInZones, env: Mapping[str, str]) -> str:
         """Run the rendered user data as cloud-init would (root, a plain environment), in the
         zone's namespace, with the systemctl shim first in PATH; returns the unit it enabled."""
         self.root.mkdir(parents=True, exist_ok=True)
