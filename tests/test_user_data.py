@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import secrets
 import stat
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,7 @@ __all__ = ["moto"]  # the module-scoped moto server fixture
 class Rendered:
     layout: RenderedLayout
     hosts_root: Path
+    parameter: str
     secret: str
     region: str
 
@@ -57,7 +60,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory, moto: MotoServer) -> Rend
         "secret_ssm_parameter": parameter,
     }
     layout = render_layout(example, resources, base / "hosts", install_dir, base / "terraform")
-    return Rendered(layout, base / "hosts", secret, region)
+    return Rendered(layout, base / "hosts", parameter, secret, region)
 
 
 class RootNamespace:
@@ -157,3 +160,41 @@ def test_user_data_stops_before_systemd_on_a_wrong_zone(
     assert "zonefleet node-config failed (exit 2, attempt 1): not starting the node" in out
     assert not h.systemctl_log.exists()  # systemd was never asked
     assert not (h.systemd_dir / "zonefleet.service").exists()
+
+
+def test_user_data_retries_ssm_until_the_parameter_is_readable(
+    rendered: Rendered, moto: MotoServer, imds: FakeImds
+) -> None:
+    """A new instance may ask SSM before its role can read the parameter: node-config exits 1
+    and the user data asks again a little later."""
+    h = host(rendered, "main-3")
+    imds.zone, imds.az_id = h.zone, rendered.layout.zones[h.zone]["az_id"]
+    ssm = boto3.client(
+        "ssm",
+        endpoint_url=moto.endpoint,
+        region_name=rendered.region,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    )
+    name = rendered.parameter
+    ssm.delete_parameter(Name=name)
+    result: list[str | BaseException] = []
+
+    def boot() -> None:
+        try:
+            result.append(h.run_user_data(RootNamespace(), env(moto, imds)))
+        except BaseException as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=boot)
+    thread.start()
+    log = h.root / "var" / "lib" / "zonefleet" / "user-data.log"
+    deadline = time.monotonic() + 30
+    while "(exit 1, attempt 1); again in 5 s" not in (log.read_text() if log.exists() else ""):
+        assert thread.is_alive() and time.monotonic() < deadline, result
+        time.sleep(0.05)
+    ssm.put_parameter(Name=name, Value=rendered.secret, Type="SecureString")
+    thread.join(60)
+    assert result == ["zonefleet.service"], h.runs[-1].stdout if h.runs else result
+    assert f"SSM parameter {name} does not exist" in h.runs[-1].stderr + h.runs[-1].stdout
+    assert (h.config_dir / "internal.secret").read_text().strip() == rendered.secret
