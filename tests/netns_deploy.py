@@ -47,7 +47,10 @@ from tests.netns import (
     parse_ss,
 )
 
-LAYOUT_MODULE = REPO / "terraform" / "modules" / "zonefleet" / "modules" / "layout"
+MODULE = REPO / "terraform" / "modules" / "zonefleet"
+LAYOUT_MODULE = MODULE / "modules" / "layout"
+EXAMPLE = REPO / "terraform" / "examples" / "three-az"
+ZONEFLEET = Path(sys.executable).with_name("zonefleet")  # this checkout's, the pinned release
 REGIONAL = "regional"
 UNIT_NAME = "zonefleet.service"
 # The PATH cloud-init and systemd give a process on a stock Linux image.

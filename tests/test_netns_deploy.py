@@ -56,7 +56,10 @@ import pytest
 from tests.fake_imds import read_log
 from tests.netns import REPO, InterfaceCounters, NetnsUnavailable, TcpSocket
 from tests.netns_deploy import (
+    EXAMPLE,
+    MODULE,
     REGIONAL,
+    ZONEFLEET,
     DeployLedger,
     DeployNamespaces,
     FrameCapture,
@@ -76,9 +79,6 @@ from tests.s3_servers import ACCESS_KEY, SECRET_KEY, stop_process, venv_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-EXAMPLE = REPO / "terraform" / "examples" / "three-az"
-MODULE = REPO / "terraform" / "modules" / "zonefleet"
-ZONEFLEET = Path(sys.executable).with_name("zonefleet")
 IMDS_HOST = "127.0.169.254"  # a loopback address inside each zone's namespace
 PARTITIONS = 6
 VALUE_BYTES = 1024

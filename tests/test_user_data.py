@@ -19,9 +19,16 @@ import boto3
 import pytest
 
 from tests.fake_imds import FakeImds
-from tests.netns_deploy import Host, RenderedLayout, example_values, render_layout
+from tests.netns_deploy import (
+    EXAMPLE,
+    MODULE,
+    ZONEFLEET,
+    Host,
+    RenderedLayout,
+    example_values,
+    render_layout,
+)
 from tests.s3_servers import ACCESS_KEY, SECRET_KEY, MotoServer, moto
-from tests.test_netns_deploy import EXAMPLE, MODULE, ZONEFLEET
 
 __all__ = ["moto"]  # the module-scoped moto server fixture
 
