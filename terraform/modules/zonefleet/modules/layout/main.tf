@@ -9,13 +9,15 @@ locals {
 
   zonefleet_package = coalesce(var.zonefleet_package, "zonefleet==${var.zonefleet_version}")
 
-  # Main i (0-based) of zone K is node (K-1)*mains_per_zone + i + 1, at a fixed address, so its
-  # id, WAL directory and cluster registrations survive a replacement of the machine.
+  # Main i (0-based) of zone K is node K + 10*i, at a fixed address, so its id, WAL directory
+  # and cluster registrations survive a replacement of the machine. The id depends on K and i
+  # only: raising mains_per_zone adds ids and renumbers none (zones and mains per zone are at
+  # most 9 each, so mains stay below the proxies' 100+K).
   mains = merge([
     for z in local.zone_names : {
       for i in range(var.mains_per_zone) :
-      "main-${(local.zone_index[z] - 1) * var.mains_per_zone + i + 1}" => {
-        node_id    = (local.zone_index[z] - 1) * var.mains_per_zone + i + 1
+      "main-${local.zone_index[z] + 10 * i}" => {
+        node_id    = local.zone_index[z] + 10 * i
         zone       = z
         host       = cidrhost(var.zones[z].subnet_cidr, var.main_host_base + i)
         port       = var.ports.main_kafka

@@ -6,8 +6,8 @@ variable "zones" {
   }))
 
   validation {
-    condition     = length(var.zones) >= 1
-    error_message = "The fleet needs at least one zone."
+    condition     = length(var.zones) >= 1 && length(var.zones) <= 9
+    error_message = "The fleet needs one to nine zones (main node ids are K + 10*i)."
   }
   validation {
     condition     = alltrue([for z in values(var.zones) : can(cidrhost(z.subnet_cidr, 0))])
@@ -21,8 +21,8 @@ variable "mains_per_zone" {
   default     = 1
 
   validation {
-    condition     = var.mains_per_zone >= 1 && floor(var.mains_per_zone) == var.mains_per_zone
-    error_message = "mains_per_zone must be a whole number, at least 1."
+    condition     = var.mains_per_zone >= 1 && var.mains_per_zone <= 9 && floor(var.mains_per_zone) == var.mains_per_zone
+    error_message = "mains_per_zone must be a whole number from 1 to 9 (main node ids are K + 10*i, below the proxies' 100+K)."
   }
 }
 

@@ -103,15 +103,19 @@ run "two_mains_per_zone_and_other_ports" {
   }
 
   assert {
-    condition     = [for k in output.node_keys : k if startswith(k, "main-")] == ["main-1", "main-2", "main-3", "main-4", "main-5", "main-6"]
-    error_message = "mains numbered (K-1)*mains_per_zone + i + 1"
+    condition     = [for k in output.node_keys : k if startswith(k, "main-")] == ["main-1", "main-2", "main-3", "main-11", "main-12", "main-13"]
+    error_message = "mains numbered K + 10*i: the first main of each zone keeps its id when mains_per_zone grows"
   }
   assert {
-    condition     = output.mains["main-4"].zone == "us-east-1b" && output.mains["main-4"].host == "10.42.16.101"
-    error_message = "main 4 is zone 2's second main, at cidrhost(subnet, main_host_base + 1)"
+    condition     = output.mains["main-12"].zone == "us-east-1b" && output.mains["main-12"].host == "10.42.16.101"
+    error_message = "main 12 is zone 2's second main, at cidrhost(subnet, main_host_base + 1)"
   }
   assert {
-    condition     = output.mains["main-5"].rpc_port == 29194 && output.mains["main-5"].port == 9192
+    condition     = output.mains["main-2"].zone == "us-east-1b" && output.mains["main-2"].host == "10.42.16.100"
+    error_message = "main 2 is zone 2's first main whatever mains_per_zone is"
+  }
+  assert {
+    condition     = output.mains["main-13"].rpc_port == 29194 && output.mains["main-13"].port == 9192
     error_message = "port overrides apply, the rest keep their defaults"
   }
   assert {
