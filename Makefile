@@ -2,7 +2,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PACKAGES := kafka_wire main_broker proxy_broker zone_router shared_wal s3_commit telemetry cost_report fleet
+PACKAGES := kafka_wire internal_rpc main_broker proxy_broker zone_router shared_wal s3_commit telemetry cost_report fleet
 
 .PHONY: up test lint venv install install-dev apt-deps bench clean report checkov terraform-cli
 

@@ -96,7 +96,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.zone_discovery import DiscoveredZone, discover_zone_blocking, imds_endpoint
-from kafka_wire.rpc_auth import MIN_SECRET_BYTES
+from internal_rpc.auth import MIN_SECRET_BYTES
 from main_broker.config import BrokerConfig, MainPeer
 from main_broker.group_config import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs

@@ -46,7 +46,7 @@ def _confirm_parts(params: dict[str, Any]) -> int:
 
 
 class RpcTrafficMeter:
-    """A `kafka_wire.rpc.RpcMeter` that books frames between `zone` and each peer's zone."""
+    """An `internal_rpc.RpcMeter` that books frames between `zone` and each peer's zone."""
 
     def __init__(
         self, record: RecordTraffic, zone: str, node_zones: Mapping[int, str] | None = None

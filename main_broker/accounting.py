@@ -8,8 +8,8 @@ from typing import Any, Final
 
 import trio
 
+from internal_rpc.accounting import RpcTrafficMeter
 from kafka_wire.codec import RequestHeader
-from kafka_wire.rpc_accounting import RpcTrafficMeter
 from kafka_wire.server_loop import ConnectionInfo, KafkaTrafficMeter
 from main_broker.config import BrokerConfig
 from s3_commit.node_ledger import NodeLedger

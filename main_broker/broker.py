@@ -15,6 +15,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from internal_rpc import RpcPeer, RpcServer
 from kafka_wire.codec import (
     KIO_VERSION_RANGES,
     MalformedRequest,
@@ -27,7 +28,6 @@ from kafka_wire.codec import (
     warm_up,
 )
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
-from kafka_wire.rpc import RpcPeer, RpcServer
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from kafka_wire.topic_bytes import TopicFinish
 from main_broker import (

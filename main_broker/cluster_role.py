@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kafka_wire.rpc import RpcClient, RpcError
+from internal_rpc import RpcClient, RpcError
 from main_broker.cluster_doc import ClusterDoc, TopicExists, TopicMeta, UnknownTopic
 from main_broker.cluster_sync import ClusterMetadata
 from main_broker.config import MainPeer

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import trio
 
+from internal_rpc import RpcClient, RpcError
 from kafka_wire.codec import (
     MalformedRequest,
     RequestHeader,
@@ -34,7 +35,6 @@ from kafka_wire.codec import (
 )
 from kafka_wire.fetch_serving import read_failures_fail_the_partition, serve_fetch
 from kafka_wire.leader_hints import Endpoint, PartitionKey
-from kafka_wire.rpc import RpcClient, RpcError
 from kafka_wire.server_loop import (
     Buffer,
     CloseConnection,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.rpc import RpcError, RpcTimeout
+from internal_rpc import RpcError, RpcTimeout
 from shared_wal import WalPosition
 
 log = logging.getLogger("zonefleet.proxy.confirm")
@@ -38,7 +38,7 @@ SESSION_IDLE_RESET_S = 1.0
 
 
 class ConfirmClient(Protocol):
-    """What the pipe needs of kafka_wire.rpc.RpcClient."""
+    """What the pipe needs of internal_rpc.RpcClient."""
 
     async def call(
         self, method: str, params: dict[str, Any], *, timeout: float, retries: int, idempotent: bool

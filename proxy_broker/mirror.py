@@ -22,8 +22,8 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from internal_rpc import RpcClient, RpcError
 from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
-from kafka_wire.rpc import RpcClient, RpcError
 from proxy_broker.config import MainEndpoint
 from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from s3_commit.manifest import Manifest, StreamManifest

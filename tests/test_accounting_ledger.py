@@ -13,9 +13,9 @@ import trio
 from confluent_kafka.admin import AdminClient
 
 from fleet.config import parse_fleet_config
+from internal_rpc import OnBytes, RpcClient, RpcPeer, RpcServer
+from internal_rpc.accounting import RpcTrafficMeter
 from kafka_wire.codec import RequestHeader
-from kafka_wire.rpc import OnBytes, RpcClient, RpcPeer, RpcServer
-from kafka_wire.rpc_accounting import RpcTrafficMeter
 from kafka_wire.server_loop import ConnectionInfo
 from kafka_wire.topic_bytes import split_frame
 from main_broker.accounting import ClientZones

@@ -13,8 +13,8 @@ import trio
 from confluent_kafka import Consumer, KafkaError
 from kio.schema.errors import ErrorCode
 
+from internal_rpc import RpcError
 from kafka_wire.record_batch import build_batch
-from kafka_wire.rpc import RpcError
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
 from main_broker.confirm import handle_confirm
@@ -177,8 +177,8 @@ async def test_confirm_of_unknown_or_corrupt_payload_fails_cleanly(tmp_path: Pat
 
 
 async def test_internal_rpc_confirm_state_and_relay(tmp_path: Path) -> None:
+    from internal_rpc import RpcClient
     from kafka_wire.codec import build_request, decode_response, encode_request
-    from kafka_wire.rpc import RpcClient
 
     url = f"osfs://{tmp_path / 'wal'}"
     positions = await _prepare(url, [_batch([b"r0", b"r1"])])

@@ -13,7 +13,7 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.rpc import RpcError, RpcTimeout, RpcUnavailable
+from internal_rpc import RpcError, RpcTimeout, RpcUnavailable
 from proxy_broker.confirm_pipe import SESSION_IDLE_RESET_S, ConfirmPipe, ConfirmRequest
 from shared_wal import WalPosition
 

@@ -19,8 +19,8 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer
 
+from internal_rpc.frames import decode_body
 from kafka_wire.codec import build_request, encode_request
-from kafka_wire.rpc_frames import decode_body
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     Record,

@@ -22,11 +22,11 @@ from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
 from fleet.config import FleetConfig
+from internal_rpc import RpcClient
 from kafka_wire.codec import build_request, decode_response, encode_request
 from kafka_wire.hot_codecs import FetchPartitionResult, ProducePartitionResult
 from kafka_wire.leader_hints import fill_fetch_hints, fill_produce_hints
 from kafka_wire.record_batch import build_batch
-from kafka_wire.rpc import RpcClient
 from main_broker.broker import MainBroker
 from main_broker.cluster_doc import ClusterDoc
 from proxy_broker.broker import ProxyBroker

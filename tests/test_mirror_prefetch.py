@@ -9,8 +9,8 @@ from typing import Any
 
 import trio
 
+from internal_rpc import RpcClient
 from kafka_wire.record_batch import build_batch
-from kafka_wire.rpc import RpcClient
 from proxy_broker.config import MainEndpoint
 from proxy_broker.mirror import MainMirror, MirrorCache
 from shared_wal import RecordType, WalConfig, WalPosition, WalWriter, open_wal_fs

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from internal_rpc import RpcClient
 from kafka_wire.record_batch import build_batch
-from kafka_wire.rpc import RpcClient
 from proxy_broker import mirror as mirror_module
 from proxy_broker.config import MainEndpoint
 from proxy_broker.mirror import MainMirror, MirrorCache

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from internal_rpc import RpcClient
 from kafka_wire.record_batch import build_batch
-from kafka_wire.rpc import RpcClient
 from main_broker.reassignment import Move, Tail, takeover_header
 from proxy_broker.config import MainEndpoint
 from proxy_broker.mirror import MainMirror, MirrorCache

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kafka_wire.rpc import RpcClient
+from internal_rpc import RpcClient
 from proxy_broker.broker import ProxyBroker
 from proxy_broker.config import MainEndpoint
 from proxy_broker.mirror import MainMirror, MirrorCache

@@ -15,10 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from kafka_wire import rpc
-from kafka_wire.codec import build_request, encode_request
-from kafka_wire.framing import FrameReader
-from kafka_wire.rpc import (
+from internal_rpc import (
     RpcAuthError,
     RpcClient,
     RpcPeer,
@@ -27,8 +24,11 @@ from kafka_wire.rpc import (
     RpcTimeout,
     RpcUnavailable,
 )
-from kafka_wire.rpc_auth import answer_hello, hello_message, new_nonce, server_mac, verify_auth
-from kafka_wire.rpc_frames import decode_body, encode_frame
+from internal_rpc import protocol as rpc
+from internal_rpc.auth import answer_hello, hello_message, new_nonce, server_mac, verify_auth
+from internal_rpc.frames import decode_body, encode_frame
+from kafka_wire.codec import build_request, encode_request
+from kafka_wire.framing import FrameReader
 
 SECRET = b"k" * 32
 WRONG = b"w" * 32

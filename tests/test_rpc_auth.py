@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kafka_wire.rpc_auth import (
+from internal_rpc.auth import (
     AuthError,
     answer_hello,
     check_secret,

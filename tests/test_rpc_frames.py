@@ -8,8 +8,7 @@ import crc32c
 import msgpack
 import pytest
 
-from kafka_wire.codec import build_request, encode_request
-from kafka_wire.rpc_frames import (
+from internal_rpc.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     BadChecksum,
     BadMessage,
@@ -18,6 +17,7 @@ from kafka_wire.rpc_frames import (
     encode_frame,
     frame_length,
 )
+from kafka_wire.codec import build_request, encode_request
 
 # docs/formats.md "Internal RPC": {"t": "res", "id": 7, "r": "ok"}
 GOLDEN = bytes.fromhex("00000014137b551b83a174a3726573a2696407a172a26f6b")
