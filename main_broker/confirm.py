@@ -3,16 +3,9 @@ record in its own writer directory) and asks this main broker, the partition's l
 append it. The main reads the payload from the shared file system and runs exactly the append
 logic a direct client gets; its own WAL records only a LINK (metadata, no payload).
 
-Wire form (msgpack, ~100 bytes for one partition):
-    params = {"sess": str, "seq": int (both optional), "acks": int, "tmo": int (ms),
-              "v": produce version,
-              "parts": [[topic, partition, writer, segment, position, length], ...]}
-    result = {"parts": [[error_code, base_offset, log_append_time_ms, log_start_offset,
-                         error_message | None, (record_errors)], ...]}   (request order)
-
-`record_errors`, the 6th element, is there only when the batch had record-level errors (a
-keyless record on a compacted topic): [[index of the record in its batch, message | None], ...],
-the Produce response's record_errors (v8+).
+The messages are `internal_rpc.messages.ConfirmParams` (about 100 bytes for one partition)
+and `ConfirmResult` (one `PartitionOutcome` per part, in request order); their byte layouts
+are in docs/formats.md, "Confirm".
 
 A caller that keeps one confirm in flight per main may send no `seq`. The zone proxy
 pipelines confirms (several calls in flight, proxy_broker/confirm_pipe.py) and numbers them
@@ -32,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from internal_rpc.messages import ConfirmParams, ConfirmResult, PartitionOutcome
 from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.hot_codecs import ProducePartitionResult
 from main_broker.append import PendingAppends, append_partition, may_append
@@ -97,24 +91,19 @@ class ConfirmSequencer:
             del self._sessions[key]
 
 
-def _part_result(result: ProducePartitionResult) -> list[Any]:
-    row: list[Any] = [
-        int(result.error_code),
-        result.base_offset,
-        result.log_append_time_ms,
-        result.log_start_offset,
-        result.error_message,
-    ]
-    if result.record_errors:
-        row.append([[index, message] for index, message in result.record_errors])
-    return row
+def _answer(results: list[ProducePartitionResult]) -> dict[str, Any]:
+    return ConfirmResult(tuple(PartitionOutcome.of(r) for r in results)).to_wire()
 
 
 async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str, Any]:
-    parts = params["parts"]
-    version = int(params.get("v", 9))
-    results = [ProducePartitionResult(index=int(p[1])) for p in parts]
-    positions = [WalPosition(str(p[2]), int(p[3]), int(p[4]), int(p[5])) for p in parts]
+    """The `confirm` RPC handler: `params` is a `ConfirmParams` on the wire (a malformed one
+    raises `MalformedMessage`, which the caller gets as the error), the answer a
+    `ConfirmResult`."""
+    confirm = ConfirmParams.from_wire(params)
+    parts = confirm.parts
+    version = confirm.produce_version
+    results = [ProducePartitionResult(index=p.partition) for p in parts]
+    positions = [WalPosition(p.writer, p.segment, p.position, p.length) for p in parts]
 
     def read_all() -> list[bytearray | Exception]:
         out: list[bytearray | Exception] = []
@@ -126,21 +115,22 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
         return out
 
     payloads = await trio.to_thread.run_sync(read_all, limiter=broker.store.batches.limiter)
-    sequenced = "seq" in params
-    session, seq = str(params.get("sess", "")), int(params.get("seq", -1))
-    in_turn = await broker.confirms.wait_turn(session, seq) if sequenced else True
+    session, seq = confirm.session, confirm.seq
+    in_turn = True
+    if session is not None and seq is not None:
+        in_turn = await broker.confirms.wait_turn(session, seq)
     pending = PendingAppends()
     try:
         if not in_turn:
             for result in results:
                 result.error_code = ErrorCode.request_timed_out
                 result.error_message = "an earlier confirm of this proxy session never arrived"
-            return {"parts": [_part_result(r) for r in results]}
+            return _answer(results)
         now_ms = int(time.time() * 1000)
         for part, position, payload, result in zip(
             parts, positions, payloads, results, strict=True
         ):
-            topic = str(part[0])
+            topic = part.topic
             plog = broker.store.partition(topic, result.index)
             if isinstance(payload, Exception):
                 log.warning(
@@ -161,8 +151,8 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
                 if result.error_code == ErrorCode.none:
                     broker.metrics.bytes_in.labels(topic).inc(len(payload))
     finally:
-        if sequenced:
+        if session is not None and seq is not None:
             broker.confirms.done(session, seq)
     pending.start(broker)
-    await pending.wait(int(params.get("tmo", 30000)) / 1000)
-    return {"parts": [_part_result(r) for r in results]}
+    await pending.wait(confirm.timeout_ms / 1000)
+    return _answer(results)

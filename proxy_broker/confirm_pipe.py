@@ -26,6 +26,13 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcError, RpcTimeout
+from internal_rpc.messages import (
+    ConfirmParams,
+    ConfirmPart,
+    ConfirmResult,
+    MalformedMessage,
+    PartitionOutcome,
+)
 from shared_wal import WalPosition
 
 log = logging.getLogger("zonefleet.proxy.confirm")
@@ -50,16 +57,16 @@ class ConfirmRequest:
     """The partitions of one client Produce request that go to one main."""
 
     api_version: int
-    acks: int
     timeout_ms: int
     # (topic, partition, PREPARED position once durable)
     parts: list[tuple[str, int, WalPosition | None]]
-    results: list[list[Any]] = field(default_factory=list)
+    results: list[PartitionOutcome] = field(default_factory=list)
     prepared: trio.Event = field(default_factory=trio.Event)  # every PREPARED record durable
     done: trio.Event = field(default_factory=trio.Event)
 
     def fail(self, code: ErrorCode, message: str) -> None:
-        self.results = [[int(code), -1, -1, -1, message] for _ in self.parts]
+        outcome = PartitionOutcome(int(code), error_message=message)
+        self.results = [outcome for _ in self.parts]
         self.done.set()
 
 
@@ -152,41 +159,43 @@ class ConfirmPipe:
             self._slots.release()
 
     async def _call(self, batch: list[ConfirmRequest], session: str, seq: int) -> None:
-        params = {
-            "sess": session,
-            "seq": seq,
-            "acks": max(r.acks for r in batch),
-            "tmo": max(r.timeout_ms for r in batch),
-            "v": batch[0].api_version,
-            "parts": [
-                [topic, partition, pos.writer, pos.segment, pos.position, pos.length]
+        params = ConfirmParams(
+            produce_version=batch[0].api_version,
+            timeout_ms=max(r.timeout_ms for r in batch),
+            parts=tuple(
+                ConfirmPart(topic, partition, pos.writer, pos.segment, pos.position, pos.length)
                 for request in batch
                 for topic, partition, pos in request.parts
                 if pos is not None
-            ],
-        }
+            ),
+            session=session,
+            seq=seq,
+        )
         try:
             # Not idempotent: a confirm that may have reached the main is never resent blindly;
             # the client's own retry (deduplicated for idempotent producers) covers it.
-            result = await self.rpc.call(
-                "confirm", params, timeout=self.timeout_s, retries=1, idempotent=False
+            answer = await self.rpc.call(
+                "confirm", params.to_wire(), timeout=self.timeout_s, retries=1, idempotent=False
             )
-        except RpcError as exc:
+            result = ConfirmResult.from_wire(answer, expected_parts=len(params.parts))
+        except (RpcError, MalformedMessage) as exc:
             if session == self.session:
                 # The main may never have got this seq; later calls must not wait behind it.
                 self._new_session()
             log.warning("confirm %s/%d to main %d failed: %r", session, seq, self.main_id, exc)
             if isinstance(exc, RpcTimeout):
                 code, message = ErrorCode.request_timed_out, f"main {self.main_id} timed out"
+            elif isinstance(exc, MalformedMessage):
+                code, message = ErrorCode.unknown_server_error, f"main {self.main_id}: {exc}"
             else:
                 code, message = ErrorCode.not_leader_or_follower, f"main {self.main_id}: {exc}"
             for request in batch:
                 request.fail(code, message)
             return
         self.calls += 1
-        rows = result["parts"]
+        rows = result.parts
         i = 0
         for request in batch:
-            request.results = rows[i : i + len(request.parts)]
+            request.results = list(rows[i : i + len(request.parts)])
             i += len(request.parts)
             request.done.set()

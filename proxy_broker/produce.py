@@ -92,7 +92,7 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                     continue
                 share = shares.get(owner)
                 if share is None:
-                    request = ConfirmRequest(header.api_version, req.acks, req.timeout_ms, [])
+                    request = ConfirmRequest(header.api_version, req.timeout_ms, [])
                     share = shares[owner] = _Prepared(request, [])
                     # Queued now, in arrival order; the pipe sends it once it is prepared.
                     proxy.pipes[owner].submit(request)
@@ -148,12 +148,5 @@ def _apply_results(share: _Prepared) -> None:
         for result in share.results:
             result.error_code = ErrorCode.request_timed_out
         return
-    for result, row in zip(share.results, request.results, strict=False):
-        code, base_offset, append_time, log_start, message = row[:5]
-        result.error_code = code
-        result.base_offset = base_offset
-        result.log_append_time_ms = append_time
-        result.log_start_offset = log_start
-        result.error_message = message
-        if len(row) > 5:  # record errors (main_broker/confirm.py)
-            result.record_errors = [(int(index), text) for index, text in row[5]]
+    for result, outcome in zip(share.results, request.results, strict=False):
+        outcome.apply_to(result)

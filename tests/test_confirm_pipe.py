@@ -93,7 +93,6 @@ class ScriptedMain:
 def _request(parts: int = 1, *, prepared: bool = True, api_version: int = 9) -> ConfirmRequest:
     request = ConfirmRequest(
         api_version,
-        -1,
         30000,
         [("t", i, WalPosition("proxy-102", 0, next(_positions), 100)) for i in range(parts)],
     )
@@ -113,8 +112,8 @@ async def _done(*requests: ConfirmRequest) -> None:
 
 
 def _assert_own_rows(request: ConfirmRequest) -> None:
-    assert [row[0] for row in request.results] == [ErrorCode.none] * len(request.parts)
-    assert [row[1] for row in request.results] == _positions_of(request)
+    assert [row.error_code for row in request.results] == [ErrorCode.none] * len(request.parts)
+    assert [row.base_offset for row in request.results] == _positions_of(request)
 
 
 @pytest.fixture
@@ -239,7 +238,7 @@ async def test_a_failed_call_starts_a_new_session_for_later_calls(
 
     main.calls[0].fail(error)
     await _done(old[0])
-    assert [row[0] for row in old[0].results] == [code]
+    assert [row.error_code for row in old[0].results] == [code]
     assert pipe.session != session
 
     later = [_request(), _request()]
@@ -253,7 +252,7 @@ async def test_a_failed_call_starts_a_new_session_for_later_calls(
     # The old session's straggler fails too; the new session is not thrown away for it.
     main.calls[1].fail(RpcTimeout("behind the lost seq"))
     await _done(old[1])
-    assert [row[0] for row in old[1].results] == [ErrorCode.request_timed_out] * 2
+    assert [row.error_code for row in old[1].results] == [ErrorCode.request_timed_out] * 2
     assert pipe.session == new
     for call in main.calls[2:]:
         call.answer()
@@ -332,7 +331,7 @@ async def test_requests_are_sent_in_queue_order_once_prepared(
     await _done(d)
     for request in (head, ready, a, b, c, d):
         _assert_own_rows(request)
-    assert broken.results[0][0] == ErrorCode.kafka_storage_error
+    assert broken.results[0].error_code == ErrorCode.kafka_storage_error
 
 
 async def test_api_versions_are_not_mixed_in_one_call(
@@ -361,7 +360,7 @@ async def test_one_partition_confirm_stays_small(piped: tuple[ConfirmPipe, Scrip
     pipe, main = piped
     # A realistic worst case: a long topic name, a segment far into the log, a 1 MiB batch.
     request = ConfirmRequest(
-        9, -1, 30000, [("orders.eu-west-1.v2", 11, WalPosition("proxy-102", 2**40, 2**26, 2**20))]
+        9, 30000, [("orders.eu-west-1.v2", 11, WalPosition("proxy-102", 2**40, 2**26, 2**20))]
     )
     request.prepared.set()
     pipe._next_seq = 2**31  # a long-lived session

@@ -1,0 +1,243 @@
+"""Typed messages between nodes: one frozen dataclass per message, with its explicit msgpack
+shape (`to_wire()` builds the value that goes in a call's params or result, `from_wire()`
+checks one strictly and raises `MalformedMessage` naming the field at fault).
+
+Every message map carries `mv`, the version of its shape. A decoder accepts every version it
+knows, and a map without `mv` as version 1, the shape nodes sent before messages had a version
+(their confirms also carry an `acks` that nothing ever read: accepted and ignored). An unknown
+version is refused with `UnsupportedMessageVersion`. docs/formats.md, "Confirm", has the byte
+layouts and says what a mixed-version fleet can do.
+
+Confirm (proxy -> the partition's main, method ``confirm``): `ConfirmParams` in,
+`ConfirmResult` out, one `PartitionOutcome` per `ConfirmPart`, in request order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kafka_wire.hot_codecs import ProducePartitionResult
+
+__all__ = [
+    "CONFIRM_VERSION",
+    "ConfirmParams",
+    "ConfirmPart",
+    "ConfirmResult",
+    "MalformedMessage",
+    "PartitionOutcome",
+    "UnsupportedMessageVersion",
+]
+
+CONFIRM_VERSION: Final = 1
+_DEFAULT_PRODUCE_VERSION: Final = 9
+_DEFAULT_TIMEOUT_MS: Final = 30_000
+
+
+class MalformedMessage(ValueError):
+    """A message that does not have the shape its type and version require."""
+
+
+class UnsupportedMessageVersion(MalformedMessage):
+    """A message of a version this node does not know (a newer node sent it)."""
+
+
+def _int(value: object, what: str) -> int:
+    if type(value) is not int:  # msgpack never decodes an integer to a bool
+        raise MalformedMessage(f"{what} must be an integer, not {type(value).__name__}")
+    return value
+
+
+def _str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise MalformedMessage(f"{what} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _opt_str(value: object, what: str) -> str | None:
+    return None if value is None else _str(value, what)
+
+
+def _list(value: object, what: str, sizes: tuple[int, ...] | None = None) -> list[Any]:
+    if not isinstance(value, list):
+        raise MalformedMessage(f"{what} must be an array, not {type(value).__name__}")
+    if sizes is not None and len(value) not in sizes:
+        raise MalformedMessage(f"{what} must have {' or '.join(map(str, sizes))} elements")
+    return value
+
+
+def _map(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedMessage(f"{what} must be a map, not {type(value).__name__}")
+    return value
+
+
+def _version(msg: dict[str, Any], what: str, known: int) -> int:
+    version = _int(msg.get("mv", 1), f"{what}.mv")
+    if not 1 <= version <= known:
+        raise UnsupportedMessageVersion(f"{what} version {version}; this node knows 1 to {known}")
+    return version
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmPart:
+    """One partition to append: where its PREPARED record lies in the proxy's WAL."""
+
+    topic: str
+    partition: int
+    writer: str
+    segment: int
+    position: int
+    length: int
+
+    def to_wire(self) -> list[Any]:
+        return [self.topic, self.partition, self.writer, self.segment, self.position, self.length]
+
+    @classmethod
+    def from_wire(cls, row: object, what: str = "part") -> ConfirmPart:
+        topic, partition, writer, segment, position, length = _list(row, what, (6,))
+        return cls(
+            _str(topic, f"{what}.topic"),
+            _int(partition, f"{what}.partition"),
+            _str(writer, f"{what}.writer"),
+            _int(segment, f"{what}.segment"),
+            _int(position, f"{what}.position"),
+            _int(length, f"{what}.length"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmParams:
+    """A confirm call. `session` and `seq` are both set or both None: a caller with one
+    confirm in flight per main may leave them out; the proxy's pipe numbers its calls per
+    session so the main applies them in order (main_broker/confirm.py)."""
+
+    produce_version: int
+    timeout_ms: int
+    parts: tuple[ConfirmPart, ...]
+    session: str | None = None
+    seq: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.session is None) != (self.seq is None):
+            raise MalformedMessage("confirm: sess and seq go together")
+
+    def to_wire(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"mv": CONFIRM_VERSION}
+        if self.session is not None:
+            msg["sess"] = self.session
+            msg["seq"] = self.seq
+        msg["tmo"] = self.timeout_ms
+        msg["v"] = self.produce_version
+        msg["parts"] = [part.to_wire() for part in self.parts]
+        return msg
+
+    @classmethod
+    def from_wire(cls, msg: object) -> ConfirmParams:
+        params = _map(msg, "confirm")
+        _version(params, "confirm", CONFIRM_VERSION)
+        rows = _list(params.get("parts"), "confirm.parts")
+        session = params.get("sess")
+        seq = params.get("seq")
+        return cls(
+            produce_version=_int(params.get("v", _DEFAULT_PRODUCE_VERSION), "confirm.v"),
+            timeout_ms=_int(params.get("tmo", _DEFAULT_TIMEOUT_MS), "confirm.tmo"),
+            parts=tuple(
+                ConfirmPart.from_wire(row, f"confirm.parts[{i}]") for i, row in enumerate(rows)
+            ),
+            session=None if session is None else _str(session, "confirm.sess"),
+            seq=None if seq is None else _int(seq, "confirm.seq"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    """What the main made of one confirmed partition: the Produce response's partition
+    fields. `record_errors` are (index of the record in its batch, message) pairs."""
+
+    error_code: int
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+
+    @classmethod
+    def of(cls, result: ProducePartitionResult) -> PartitionOutcome:
+        return cls(
+            int(result.error_code),
+            result.base_offset,
+            result.log_append_time_ms,
+            result.log_start_offset,
+            result.error_message,
+            tuple(result.record_errors),
+        )
+
+    def apply_to(self, result: ProducePartitionResult) -> None:
+        result.error_code = self.error_code
+        result.base_offset = self.base_offset
+        result.log_append_time_ms = self.log_append_time_ms
+        result.log_start_offset = self.log_start_offset
+        result.error_message = self.error_message
+        if self.record_errors:
+            result.record_errors = list(self.record_errors)
+
+    def to_wire(self) -> list[Any]:
+        row: list[Any] = [
+            self.error_code,
+            self.base_offset,
+            self.log_append_time_ms,
+            self.log_start_offset,
+            self.error_message,
+        ]
+        if self.record_errors:  # the 6th element only when there are any
+            row.append([[index, message] for index, message in self.record_errors])
+        return row
+
+    @classmethod
+    def from_wire(cls, row: object, what: str = "outcome") -> PartitionOutcome:
+        fields = _list(row, what, (5, 6))
+        errors = _list(fields[5], f"{what}.record_errors") if len(fields) == 6 else []
+        record_errors = []
+        for i, pair in enumerate(errors):
+            index, message = _list(pair, f"{what}.record_errors[{i}]", (2,))
+            record_errors.append(
+                (
+                    _int(index, f"{what}.record_errors[{i}].index"),
+                    _opt_str(message, f"{what}.record_errors[{i}].message"),
+                )
+            )
+        return cls(
+            _int(fields[0], f"{what}.error_code"),
+            _int(fields[1], f"{what}.base_offset"),
+            _int(fields[2], f"{what}.log_append_time_ms"),
+            _int(fields[3], f"{what}.log_start_offset"),
+            _opt_str(fields[4], f"{what}.error_message"),
+            tuple(record_errors),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmResult:
+    """The answer to a confirm: one outcome per part, in request order."""
+
+    parts: tuple[PartitionOutcome, ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": CONFIRM_VERSION, "parts": [part.to_wire() for part in self.parts]}
+
+    @classmethod
+    def from_wire(cls, msg: object, expected_parts: int | None = None) -> ConfirmResult:
+        result = _map(msg, "confirm result")
+        _version(result, "confirm result", CONFIRM_VERSION)
+        rows = _list(result.get("parts"), "confirm result.parts")
+        if expected_parts is not None and len(rows) != expected_parts:
+            raise MalformedMessage(
+                f"confirm result has {len(rows)} parts for the {expected_parts} confirmed"
+            )
+        return cls(
+            tuple(
+                PartitionOutcome.from_wire(row, f"confirm result.parts[{i}]")
+                for i, row in enumerate(rows)
+            )
+        )

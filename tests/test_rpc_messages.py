@@ -1,0 +1,173 @@
+"""Typed internal messages: golden bytes, strict decoding, and the shape of the previous
+release still accepted (docs/formats.md, "Confirm")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+
+from internal_rpc.messages import (
+    ConfirmParams,
+    ConfirmPart,
+    ConfirmResult,
+    MalformedMessage,
+    PartitionOutcome,
+    UnsupportedMessageVersion,
+)
+from kafka_wire.hot_codecs import ProducePartitionResult
+
+PARAMS = ConfirmParams(
+    produce_version=9,
+    timeout_ms=30000,
+    parts=(ConfirmPart("orders", 3, "proxy-102", 4194304, 123456, 65536),),
+    session="0a1b2c3d4e5f",
+    seq=5,
+)
+PARAMS_GOLDEN = (
+    "86"  # fixmap(6)
+    "a26d76"
+    "01"  # "mv": 1
+    "a473657373"
+    "ac306131623263336434653566"  # "sess": "0a1b2c3d4e5f"
+    "a3736571"
+    "05"  # "seq": 5
+    "a3746d6f"
+    "cd7530"  # "tmo": 30000
+    "a176"
+    "09"  # "v": 9
+    "a570617274739196"  # "parts": [[6 elements]]
+    "a66f7264657273"
+    "03"
+    "a970726f78792d313032"  # "orders", 3, "proxy-102"
+    "ce00400000"
+    "ce0001e240"
+    "ce00010000"  # segment, position, length
+)
+RESULT = ConfirmResult(
+    (
+        PartitionOutcome(0, 42, -1, 0, None),
+        PartitionOutcome(87, -1, -1, 0, "keyless", ((1, "no key"),)),
+    )
+)
+RESULT_GOLDEN = (
+    "82"  # fixmap(2)
+    "a26d76"
+    "01"  # "mv": 1
+    "a5706172747392"  # "parts": [2 rows]
+    "95"
+    "00"
+    "2a"
+    "ff"
+    "00"
+    "c0"  # [0, 42, -1, 0, nil]
+    "96"
+    "57"
+    "ff"
+    "ff"
+    "00"
+    "a76b65796c657373"  # [87, -1, -1, 0, "keyless",
+    "91"
+    "92"
+    "01"
+    "a66e6f206b6579"  #  [[1, "no key"]]]
+)
+
+
+def _packed(msg: Any) -> str:
+    return msgpack.packb(msg, use_bin_type=True).hex()
+
+
+def _unpacked(golden: str) -> Any:
+    return msgpack.unpackb(bytes.fromhex(golden), raw=False)
+
+
+def test_confirm_params_golden() -> None:
+    assert _packed(PARAMS.to_wire()) == PARAMS_GOLDEN
+    assert ConfirmParams.from_wire(_unpacked(PARAMS_GOLDEN)) == PARAMS
+    assert len(bytes.fromhex(PARAMS_GOLDEN)) <= 100
+
+
+def test_confirm_result_golden() -> None:
+    assert _packed(RESULT.to_wire()) == RESULT_GOLDEN
+    assert ConfirmResult.from_wire(_unpacked(RESULT_GOLDEN), expected_parts=2) == RESULT
+
+
+def test_an_unsequenced_confirm_leaves_out_sess_and_seq() -> None:
+    params = ConfirmParams(7, 100, ())
+    assert params.to_wire() == {"mv": 1, "tmo": 100, "v": 7, "parts": []}
+    assert ConfirmParams.from_wire(params.to_wire()) == params
+    with pytest.raises(MalformedMessage, match="together"):
+        ConfirmParams(7, 100, (), session="s")
+
+
+def test_the_previous_release_shapes_are_still_read() -> None:
+    """No `mv`, and an `acks` that was never read: what a proxy of the previous release sends,
+    and a main of the previous release answers."""
+    old_params = {
+        "sess": "0a1b2c3d4e5f",
+        "seq": 5,
+        "acks": -1,
+        "tmo": 30000,
+        "v": 9,
+        "parts": [["orders", 3, "proxy-102", 4194304, 123456, 65536]],
+    }
+    assert ConfirmParams.from_wire(old_params) == PARAMS
+    old_result = {"parts": [[0, 42, -1, 0, None], [87, -1, -1, 0, "keyless", [[1, "no key"]]]]}
+    assert ConfirmResult.from_wire(old_result) == RESULT
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"mv": 2}, "version 2"),
+        ({"mv": "1"}, r"confirm\.mv must be an integer"),
+        ({"parts": None}, r"confirm\.parts must be an array"),
+        ({"parts": [["t", 0, "w", 0, 0]]}, r"confirm\.parts\[0\] must have 6"),
+        ({"parts": [["t", True, "w", 0, 0, 1]]}, r"confirm\.parts\[0\]\.partition"),
+        ({"parts": [[b"t", 0, "w", 0, 0, 1]]}, r"confirm\.parts\[0\]\.topic"),
+        ({"tmo": 1.5}, r"confirm\.tmo"),
+        ({"sess": 5}, r"confirm\.sess"),
+        ({"seq": None}, "together"),
+    ],
+)
+def test_a_malformed_confirm_is_refused_by_name(change: dict[str, Any], match: str) -> None:
+    msg = dict(PARAMS.to_wire(), **change)
+    with pytest.raises(MalformedMessage, match=match):
+        ConfirmParams.from_wire(msg)
+
+
+def test_an_unknown_version_is_its_own_error() -> None:
+    with pytest.raises(UnsupportedMessageVersion):
+        ConfirmResult.from_wire({"mv": 9, "parts": []})
+
+
+@pytest.mark.parametrize(
+    ("msg", "match"),
+    [
+        ([], "must be a map"),
+        ({"parts": [[0, 1, 2, 3]]}, r"parts\[0\] must have 5 or 6"),
+        ({"parts": [[0, 1, 2, 3, 4]]}, r"error_message must be a string"),
+        ({"parts": [[0, 1, 2, 3, None, [[1]]]]}, r"record_errors\[0\] must have 2"),
+        ({"parts": [[0, 1, 2, 3, None]]} | {"mv": 0}, "version 0"),
+    ],
+)
+def test_a_malformed_result_is_refused_by_name(msg: Any, match: str) -> None:
+    with pytest.raises(MalformedMessage, match=match):
+        ConfirmResult.from_wire(msg)
+
+
+def test_a_result_must_answer_every_part() -> None:
+    with pytest.raises(MalformedMessage, match="1 parts for the 2 confirmed"):
+        ConfirmResult.from_wire({"mv": 1, "parts": [[0, 1, 2, 3, None]]}, expected_parts=2)
+
+
+def test_an_outcome_round_trips_a_produce_partition_result() -> None:
+    result = ProducePartitionResult(index=3, error_code=87, base_offset=-1, log_start_offset=0)
+    result.error_message, result.record_errors = "keyless", [(1, "no key")]
+    outcome = PartitionOutcome.of(result)
+    assert outcome == RESULT.parts[1]
+    into = ProducePartitionResult(index=3)
+    outcome.apply_to(into)
+    assert into == result
