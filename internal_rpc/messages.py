@@ -10,6 +10,8 @@ layouts and says what a mixed-version fleet can do.
 
 Confirm (proxy -> the partition's main, method ``confirm``): `ConfirmParams` in,
 `ConfirmResult` out, one `PartitionOutcome` per `ConfirmPart`, in request order.
+Relay (proxy -> a main, method ``relay``): `RelayParams` in, `RelayResult` out.
+Metadata poke (main -> main, method ``meta_changed``): `MetaChanged` in, `MetaChanged` out.
 """
 
 from __future__ import annotations
@@ -21,15 +23,22 @@ from kafka_wire.hot_codecs import ProducePartitionResult
 
 __all__ = [
     "CONFIRM_VERSION",
+    "META_CHANGED_VERSION",
+    "RELAY_VERSION",
     "ConfirmParams",
     "ConfirmPart",
     "ConfirmResult",
     "MalformedMessage",
+    "MetaChanged",
     "PartitionOutcome",
+    "RelayParams",
+    "RelayResult",
     "UnsupportedMessageVersion",
 ]
 
 CONFIRM_VERSION: Final = 1
+RELAY_VERSION: Final = 1
+META_CHANGED_VERSION: Final = 1
 _DEFAULT_PRODUCE_VERSION: Final = 9
 _DEFAULT_TIMEOUT_MS: Final = 30_000
 
@@ -56,6 +65,12 @@ def _str(value: object, what: str) -> str:
 
 def _opt_str(value: object, what: str) -> str | None:
     return None if value is None else _str(value, what)
+
+
+def _bytes(value: object, what: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise MalformedMessage(f"{what} must be binary, not {type(value).__name__}")
+    return value
 
 
 def _list(value: object, what: str, sizes: tuple[int, ...] | None = None) -> list[Any]:
@@ -241,3 +256,62 @@ class ConfirmResult:
                 for i, row in enumerate(rows)
             )
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RelayParams:
+    """A Kafka request a proxy relays to a main for one of its clients: the whole request
+    frame (header and body, no size prefix) and the client's address, when known."""
+
+    frame: bytes
+    host: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"mv": RELAY_VERSION, "frame": self.frame}
+        if self.host is not None:
+            msg["host"] = self.host
+        return msg
+
+    @classmethod
+    def from_wire(cls, msg: object) -> RelayParams:
+        params = _map(msg, "relay")
+        _version(params, "relay", RELAY_VERSION)
+        host = params.get("host")
+        return cls(
+            _bytes(params.get("frame"), "relay.frame"),
+            None if host is None else _str(host, "relay.host"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RelayResult:
+    """The main's response frame (no size prefix), or None when the request gets no
+    response (a Produce with acks=0)."""
+
+    frame: bytes | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": RELAY_VERSION, "frame": self.frame}
+
+    @classmethod
+    def from_wire(cls, msg: object) -> RelayResult:
+        result = _map(msg, "relay result")
+        _version(result, "relay result", RELAY_VERSION)
+        if "frame" not in result:
+            raise MalformedMessage("relay result.frame is missing")
+        frame = result["frame"]
+        return cls(None if frame is None else _bytes(frame, "relay result.frame"))
+
+
+@dataclass(frozen=True, slots=True)
+class MetaChanged:
+    """A main changed the cluster document; the one it tells re-reads it now rather than at
+    its next poll. It carries nothing, and the answer is the same empty message."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": META_CHANGED_VERSION}
+
+    @classmethod
+    def from_wire(cls, msg: object) -> MetaChanged:
+        _version(_map(msg, "meta_changed"), "meta_changed", META_CHANGED_VERSION)
+        return cls()

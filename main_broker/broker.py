@@ -16,6 +16,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcPeer, RpcServer
+from internal_rpc.messages import MetaChanged, RelayParams, RelayResult
 from kafka_wire.codec import (
     KIO_VERSION_RANGES,
     MalformedRequest,
@@ -304,9 +305,10 @@ class MainBroker:
         return await handle_confirm(self, params)
 
     async def _rpc_meta_changed(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
+        MetaChanged.from_wire(params)
         if self.cluster is not None:
             self.cluster.meta.poke()
-        return {}
+        return MetaChanged().to_wire()
 
     async def _rpc_state(
         self, peer: RpcPeer, params: dict[str, Any], send: Callable[[Any], Awaitable[None]]
@@ -334,13 +336,13 @@ class MainBroker:
 
     async def _rpc_relay(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         """A Kafka request a proxy relays for one of its clients; answers the response frame."""
-        frame = bytearray(params["frame"])
+        relay = RelayParams.from_wire(params)
+        frame = bytearray(relay.frame)
         header = parse_request_header(frame)
-        conn = ConnectionInfo(
-            str(params.get("host", "?")), 0, 0, f"{RELAY_LISTENER_PREFIX}{peer.node_id}"
-        )
+        host = relay.host if relay.host is not None else "?"
+        conn = ConnectionInfo(host, 0, 0, f"{RELAY_LISTENER_PREFIX}{peer.node_id}")
         parts = await self.begin(header, frame, conn)()
-        return {"frame": b"".join(parts) if parts is not None else None}
+        return RelayResult(b"".join(parts) if parts is not None else None).to_wire()
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         self.metrics.connections.inc()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from internal_rpc import RpcClient, RpcError
+from internal_rpc.messages import MetaChanged
 from main_broker.cluster_doc import ClusterDoc, TopicExists, TopicMeta, UnknownTopic
 from main_broker.cluster_sync import ClusterMetadata
 from main_broker.config import MainPeer
@@ -295,7 +296,9 @@ class ClusterRole:
 
     async def _poke(self, node: int, rpc: RpcClient) -> None:
         try:
-            await rpc.call("meta_changed", {}, timeout=POKE_TIMEOUT_S, retries=0)
+            await rpc.call(
+                "meta_changed", MetaChanged().to_wire(), timeout=POKE_TIMEOUT_S, retries=0
+            )
         except RpcError as exc:
             log.debug("main %d did not take the metadata poke (it polls anyway): %s", node, exc)
 

@@ -24,6 +24,7 @@ from typing import Any, cast
 import trio
 
 from internal_rpc import RpcClient, RpcError
+from internal_rpc.messages import MalformedMessage, RelayParams, RelayResult
 from kafka_wire.codec import (
     MalformedRequest,
     RequestHeader,
@@ -440,15 +441,14 @@ class ProxyBroker:
             try:
                 result = await self.rpcs[target].call(
                     "relay",
-                    {"frame": sub_frame, "host": ctx.conn.peer_host},
+                    RelayParams(sub_frame, ctx.conn.peer_host).to_wire(),
                     timeout=RELAY_TIMEOUT_S,
                     retries=1,
                     idempotent=header.api_key != API_PRODUCE,
                 )
-            except RpcError as exc:
+                responses[i] = RelayResult.from_wire(result).frame
+            except (RpcError, MalformedMessage) as exc:
                 failures.append(f"relay of api {header.api_key} to main {target} failed: {exc}")
-                return
-            responses[i] = result["frame"]
 
         if len(plan.calls) == 1:
             await call(0, *plan.calls[0])

@@ -1,5 +1,6 @@
-"""Typed internal messages: golden bytes, strict decoding, and the shape of the previous
-release still accepted (docs/formats.md, "Confirm")."""
+"""Typed internal messages (confirm, relay, meta_changed): golden bytes, strict decoding, and
+the shapes of the previous release still accepted (docs/formats.md, "Confirm", "Relay and
+metadata poke")."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from internal_rpc.messages import (
     ConfirmPart,
     ConfirmResult,
     MalformedMessage,
+    MetaChanged,
     PartitionOutcome,
+    RelayParams,
+    RelayResult,
     UnsupportedMessageVersion,
 )
 from kafka_wire.hot_codecs import ProducePartitionResult
@@ -171,3 +175,55 @@ def test_an_outcome_round_trips_a_produce_partition_result() -> None:
     into = ProducePartitionResult(index=3)
     outcome.apply_to(into)
     assert into == result
+
+
+# ApiVersions v3 request header, correlation id 7, client id "test" (no body: enough here).
+RELAY_FRAME = bytes.fromhex("0012000300000007000474657374")
+
+
+@pytest.mark.parametrize(
+    ("message", "golden"),
+    [
+        (
+            RelayParams(RELAY_FRAME, "10.0.0.1"),
+            "83a26d7601a56672616d65c40e0012000300000007000474657374a4686f7374a831302e302e302e31",
+        ),
+        (RelayParams(RELAY_FRAME), "82a26d7601a56672616d65c40e0012000300000007000474657374"),
+        (RelayResult(bytes.fromhex("0000000700")), "82a26d7601a56672616d65c4050000000700"),
+        (RelayResult(None), "82a26d7601a56672616d65c0"),
+        (MetaChanged(), "81a26d7601"),
+    ],
+)
+def test_relay_and_meta_changed_golden(
+    message: RelayParams | RelayResult | MetaChanged, golden: str
+) -> None:
+    assert _packed(message.to_wire()) == golden
+    assert type(message).from_wire(_unpacked(golden)) == message
+
+
+def test_relay_and_meta_changed_of_the_previous_release_are_read() -> None:
+    assert RelayParams.from_wire({"frame": RELAY_FRAME, "host": "h"}) == RelayParams(
+        RELAY_FRAME, "h"
+    )
+    assert RelayParams.from_wire({"frame": RELAY_FRAME}) == RelayParams(RELAY_FRAME)
+    assert RelayResult.from_wire({"frame": None}) == RelayResult(None)
+    assert MetaChanged.from_wire({}) == MetaChanged()
+
+
+@pytest.mark.parametrize(
+    ("decode", "msg", "match"),
+    [
+        (RelayParams.from_wire, {"frame": "text"}, r"relay\.frame must be binary"),
+        (RelayParams.from_wire, {}, r"relay\.frame must be binary, not NoneType"),
+        (RelayParams.from_wire, {"frame": b"x", "host": 1}, r"relay\.host must be a string"),
+        (RelayResult.from_wire, {}, r"relay result\.frame is missing"),
+        (RelayResult.from_wire, {"frame": [1]}, r"relay result\.frame must be binary"),
+        (MetaChanged.from_wire, {"mv": 2}, "meta_changed version 2"),
+        (MetaChanged.from_wire, None, "must be a map"),
+    ],
+)
+def test_malformed_relay_and_meta_changed_are_refused_by_name(
+    decode: Any, msg: Any, match: str
+) -> None:
+    with pytest.raises(MalformedMessage, match=match):
+        decode(msg)
