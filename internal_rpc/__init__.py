@@ -2,8 +2,9 @@
 stream, relay, control calls), on its own authenticated TCP port.
 
 `protocol` is the sans-I/O core (which message starts, completes or cancels which call),
-`frames` the framing (`length | crc32c | msgpack`), `auth` the HMAC handshake; `server` and
-`client` are the trio shells around them, and `accounting` books their traffic by zone.
+`frames` the framing (`length | crc32c | msgpack`), `auth` the HMAC handshake, `messages` the
+typed, versioned params and results of the methods (confirm, relay, meta_changed); `server`
+and `client` are the trio shells around them, and `accounting` books their traffic by zone.
 The byte layouts are in docs/formats.md, "Internal RPC".
 """
 
