@@ -13,6 +13,7 @@ import trio
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 
+from internal_rpc.messages import PartitionOutcome
 from kafka_wire.codec import (
     build_request,
     build_response,
@@ -41,7 +42,6 @@ from kafka_wire.record_batch import (
     null_key_indexes,
     parse_batch_header,
 )
-from main_broker.confirm import _part_result
 from main_broker.partition_log import PartitionLog
 from main_broker.retention_policy import apply_log_starts, pending_log_starts
 from main_broker.topic_config import EffectiveTopicConfig
@@ -254,14 +254,15 @@ def test_decompression_bomb_is_refused_before_it_inflates(codec: int) -> None:
 
 def test_golden_confirm_row_with_record_errors() -> None:
     plain = ProducePartitionResult(index=0, error_code=0, base_offset=5, log_start_offset=0)
-    assert msgpack.packb(_part_result(plain), use_bin_type=True).hex() == "950005ff00c0"
+    wire = PartitionOutcome.of(plain).to_wire()
+    assert msgpack.packb(wire, use_bin_type=True).hex() == "950005ff00c0"
     refused = ProducePartitionResult(
         index=0,
         error_code=ErrorCode.invalid_record,
         error_message="m",
         record_errors=[(1, "k"), (3, "k")],
     )
-    row = _part_result(refused)
+    row = PartitionOutcome.of(refused).to_wire()
     assert row == [87, -1, -1, -1, "m", [[1, "k"], [3, "k"]]]
     assert msgpack.packb(row, use_bin_type=True).hex() == "9657ffffffa16d929201a16b9203a16b"
 
