@@ -129,17 +129,33 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         assert code == 0, "zonefleet up did not stop cleanly:\n" + "".join(proc.output[-40:])
 
 
-def _commit_offset(bootstrap: str) -> None:
+# What a client retries on OffsetCommit: the group's coordinator may be a main that has not yet
+# read the new topic from the cluster metadata document (it polls it), or may be moving.
+_COMMIT_RETRIABLE = {
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+}
+
+
+def _commit_offset(bootstrap: str, timeout: float = 30.0) -> None:
     """GROUP exists (an empty group with a committed offset), so that the group APIs meet a
     real group as well as unknown ones."""
-    raw = RawKafka(bootstrap)
-    try:
-        partition = {"partition_index": 0, "committed_offset": 0, "committed_metadata": "m"}
-        topics = [{"name": TOPIC, "partitions": [partition]}]
-        resp = raw.request(8, 2, {"group_id": GROUP, "topics": topics})
-    finally:
-        raw.close()
-    assert resp.topics[0].partitions[0].error_code == ErrorCode.none
+    partition = {"partition_index": 0, "committed_offset": 0, "committed_metadata": "m"}
+    topics = [{"name": TOPIC, "partitions": [partition]}]
+    deadline = time.monotonic() + timeout
+    while True:
+        raw = RawKafka(bootstrap)
+        try:
+            resp = raw.request(8, 2, {"group_id": GROUP, "topics": topics})
+        finally:
+            raw.close()
+        code = resp.topics[0].partitions[0].error_code
+        if code not in _COMMIT_RETRIABLE or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)  # a poll with a deadline: the coordinator learns the topic
+    assert code == ErrorCode.none
 
 
 # -- talking to a broker -----------------------------------------------------------------------
