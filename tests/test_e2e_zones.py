@@ -15,12 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, ConsumerGroupState
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer
 
 from internal_rpc.frames import decode_body
 from kafka_wire.codec import build_request, encode_request
+from tests.group_members import wait_until
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     Record,
@@ -32,6 +33,7 @@ from tests.zone_fleet import (
     consume_kafka_python,
     create_topic,
     is_marker,
+    kept_admin,
     produce_confluent,
     produce_kafka_python,
     produce_markers,
@@ -163,6 +165,26 @@ def test_aiokafka_producer_in_az2_consumers_in_every_zone(zone_fleet: ZoneFleet)
         check_exactly_once_in_order(records, N, "ak")
 
 
+def _served(fleet: ZoneFleet, zone: str, topic: str) -> int:
+    """The records of `topic` that `zone`'s proxy serves: the sum of the high watermarks its
+    Fetch answers show (its mirror of the leading mains)."""
+    raw = RawKafka(fleet.bootstrap(zone), client_id=zone_client_id(zone))
+    try:
+        parts = raw.fetch(topic, dict.fromkeys(range(PARTITIONS), 0))
+    finally:
+        raw.close()
+    return sum(p.high_watermark for p in parts.values() if p.error_code == 0)
+
+
+def _wait_served(fleet: ZoneFleet, zone: str, topic: str, n: int) -> None:
+    """Until `zone`'s proxy serves `n` records of `topic`."""
+    wait_until(
+        lambda: _served(fleet, zone, topic) >= n,
+        30,
+        lambda: f"{zone}'s proxy serves {_served(fleet, zone, topic)} of {n} records",
+    )
+
+
 def _kcat(*args: str, stdin: str | None = None) -> str:
     assert KCAT is not None
     done = subprocess.run([KCAT, *args], input=stdin, capture_output=True, text=True, timeout=30)
@@ -182,19 +204,16 @@ def test_kcat_produce_in_az2_consume_in_every_zone(zone_fleet: ZoneFleet) -> Non
         "-t", topic, "-P", "-K:", stdin=lines,
     )  # fmt: skip
     for zone in zone_fleet.zones:
+        # -e stops at the end it sees: first, until the zone's proxy serves every record.
+        _wait_served(zone_fleet, zone, topic, n)
+        out = _kcat(
+            "-b", zone_fleet.bootstrap(zone), "-X", f"client.id=zone={zone}",
+            "-t", topic, "-C", "-e", "-o", "beginning", "-f", "%p %o %s\n",
+        )  # fmt: skip
         records: list[Record] = []
-        for _ in range(3):  # -e stops at the end it sees; the zone's mirror may trail by ms
-            out = _kcat(
-                "-b", zone_fleet.bootstrap(zone), "-X", f"client.id=zone={zone}",
-                "-t", topic, "-C", "-e", "-o", "beginning", "-f", "%p %o %s\n",
-            )  # fmt: skip
-            records = []
-            for line in out.splitlines():
-                partition, offset, value = line.split(" ", 2)
-                records.append((int(partition), int(offset), value.encode()))
-            if len(records) >= n:
-                break
-            time.sleep(0.2)
+        for line in out.splitlines():
+            partition, offset, value = line.split(" ", 2)
+            records.append((int(partition), int(offset), value.encode()))
         check_exactly_once_in_order(records, n, "kc")
 
 
@@ -278,39 +297,38 @@ class _KafkaPythonMember(threading.Thread):
             self.consumer.close()
 
 
-def _describe(members: list[Any]) -> str:
-    """The coordinator's view of the group, for failure messages."""
-    try:
-        group = members[0].group
-        admin = AdminClient({"bootstrap.servers": members[0].bootstrap})
-        (d,) = [f.result(timeout=10) for f in admin.describe_consumer_groups([group]).values()]
-        return f"state {d.state}, members " + ", ".join(
-            f"{m.client_id}:{sorted(tp.partition for tp in m.assignment.topic_partitions)}"
-            for m in d.members
-        )
-    except Exception as exc:
-        return f"(describe failed: {exc!r})"
+def _described(fleet: ZoneFleet, group: str) -> dict[str, set[int]] | None:
+    """Client id -> partitions, as DescribeGroups shows the classic group; None unless Stable
+    (a rebalance under way)."""
+    (future,) = kept_admin(fleet, "az1").describe_consumer_groups([group]).values()
+    d = future.result(timeout=30)
+    if d.state != ConsumerGroupState.STABLE:
+        return None
+    return {m.client_id: {tp.partition for tp in m.assignment.topic_partitions} for m in d.members}
 
 
-def _wait_for_stable_group(members: list[Any], timeout: float = 45.0) -> None:
-    """Until every member holds a share and the shares cover every partition once."""
-    deadline = time.monotonic() + timeout
-    stable_since: float | None = None
-    while True:
-        shares = [m.assigned() for m in members]
-        covered = sorted(p for share in shares for p in share)
-        ok = all(shares) and covered == list(range(PARTITIONS))
-        now = time.monotonic()
-        if not ok:
-            stable_since = None
-        elif stable_since is None:
-            stable_since = now
-        elif now - stable_since > 1.0:
-            return
+def _wait_for_stable_group(fleet: ZoneFleet, members: list[Any], timeout: float = 45.0) -> None:
+    """Until the coordinator shows the group Stable with each member (by its zone's client id)
+    holding what its client was given, and the shares cover every partition once: no
+    rebalance under way and every member's assignment applied."""
+
+    def settled() -> bool:
         for m in members:
             assert m.error is None, m.error
-        assert now < deadline, f"group never settled: {shares}; {_describe(members)}"
-        time.sleep(0.05)
+        shares = {zone_client_id(m.zone): m.assigned() for m in members}
+        covered = sorted(p for share in shares.values() for p in share)
+        if not all(shares.values()) or covered != list(range(PARTITIONS)):
+            return False
+        return _described(fleet, members[0].group) == shares
+
+    wait_until(
+        settled,
+        timeout,
+        lambda: (
+            f"group never settled: {[m.assigned() for m in members]}; "
+            f"described {_described(fleet, members[0].group)}"
+        ),
+    )
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
@@ -323,7 +341,7 @@ def test_consumer_group_with_one_member_per_zone(zone_fleet: ZoneFleet, client: 
     try:
         for m in members:
             m.start()
-        _wait_for_stable_group(members)
+        _wait_for_stable_group(zone_fleet, members)
         shares = {m.zone: m.assigned() for m in members}
         produce_confluent(zone_fleet.bootstrap("az2"), "az2", topic, N, "grp")
         deadline = time.monotonic() + 30
