@@ -20,11 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kafka_wire.hot_codecs import ProducePartitionResult
+from kafka_wire.record_batch import MAGIC_V2, BatchInfo
 
 __all__ = [
+    "CONFIRM_RESULT_VERSION",
     "CONFIRM_VERSION",
     "META_CHANGED_VERSION",
     "RELAY_VERSION",
+    "BatchSummary",
     "ConfirmParams",
     "ConfirmPart",
     "ConfirmResult",
@@ -36,7 +39,10 @@ __all__ = [
     "UnsupportedMessageVersion",
 ]
 
-CONFIRM_VERSION: Final = 1
+# 2: each part carries its batch's header summary (`BatchSummary`), so the main decides
+# without reading the payload back. The result's shape did not change.
+CONFIRM_VERSION: Final = 2
+CONFIRM_RESULT_VERSION: Final = 1
 RELAY_VERSION: Final = 1
 META_CHANGED_VERSION: Final = 1
 _DEFAULT_PRODUCE_VERSION: Final = 9
@@ -95,8 +101,73 @@ def _version(msg: dict[str, Any], what: str, known: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchSummary:
+    """What the append decision needs of a batch, from its v2 header: the zone proxy, which
+    holds the bytes, checked its framing and CRC; the main checks limits, producer sequence
+    and epoch on these fields alone (main_broker/appender.py)."""
+
+    attributes: int
+    record_count: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+    @classmethod
+    def of(cls, batch: BatchInfo) -> BatchSummary:
+        return cls(
+            batch.attributes,
+            batch.record_count,
+            batch.base_timestamp,
+            batch.max_timestamp,
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+        )
+
+    def batch_info(self, size: int) -> BatchInfo:
+        """The header as the main sees it: offsets unassigned, CRC unknown (0)."""
+        return BatchInfo(
+            position=0,
+            size=size,
+            base_offset=0,
+            partition_leader_epoch=-1,
+            magic=MAGIC_V2,
+            crc=0,
+            attributes=self.attributes,
+            last_offset_delta=self.record_count - 1,
+            base_timestamp=self.base_timestamp,
+            max_timestamp=self.max_timestamp,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+            record_count=self.record_count,
+        )
+
+    def to_wire(self) -> list[int]:
+        return [
+            self.attributes,
+            self.record_count,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+        ]
+
+    @classmethod
+    def from_wire(cls, row: object, what: str = "batch") -> BatchSummary:
+        fields = _list(row, what, (7,))
+        names = ("attributes", "count", "first_ts", "max_ts", "pid", "epoch", "seq")
+        return cls(*(_int(v, f"{what}.{n}") for v, n in zip(fields, names, strict=True)))
+
+
+@dataclass(frozen=True, slots=True)
 class ConfirmPart:
-    """One partition to append: where its PREPARED record lies in the proxy's WAL."""
+    """One partition to append: where its PREPARED record lies in the proxy's WAL and, from
+    version 2, the summary of its batch header (None in a version 1 confirm: the main then
+    reads the payload to learn it)."""
 
     topic: str
     partition: int
@@ -104,13 +175,20 @@ class ConfirmPart:
     segment: int
     position: int
     length: int
+    batch: BatchSummary | None = None
 
     def to_wire(self) -> list[Any]:
-        return [self.topic, self.partition, self.writer, self.segment, self.position, self.length]
+        row = [self.topic, self.partition, self.writer, self.segment, self.position, self.length]
+        if self.batch is not None:
+            row.append(self.batch.to_wire())
+        return row
 
     @classmethod
-    def from_wire(cls, row: object, what: str = "part") -> ConfirmPart:
-        topic, partition, writer, segment, position, length = _list(row, what, (6,))
+    def from_wire(
+        cls, row: object, what: str = "part", version: int = CONFIRM_VERSION
+    ) -> ConfirmPart:
+        fields = _list(row, what, (6,) if version == 1 else (7,))
+        topic, partition, writer, segment, position, length = fields[:6]
         return cls(
             _str(topic, f"{what}.topic"),
             _int(partition, f"{what}.partition"),
@@ -118,6 +196,7 @@ class ConfirmPart:
             _int(segment, f"{what}.segment"),
             _int(position, f"{what}.position"),
             _int(length, f"{what}.length"),
+            BatchSummary.from_wire(fields[6], f"{what}.batch") if len(fields) == 7 else None,
         )
 
 
@@ -138,7 +217,11 @@ class ConfirmParams:
             raise MalformedMessage("confirm: sess and seq go together")
 
     def to_wire(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"mv": CONFIRM_VERSION}
+        # Version 1 when no part carries a summary (what a node of the previous version sent).
+        version = CONFIRM_VERSION if any(p.batch is not None for p in self.parts) else 1
+        if version > 1 and any(p.batch is None for p in self.parts):
+            raise MalformedMessage("confirm: every part of a version 2 confirm has a batch")
+        msg: dict[str, Any] = {"mv": version}
         if self.session is not None:
             msg["sess"] = self.session
             msg["seq"] = self.seq
@@ -150,7 +233,7 @@ class ConfirmParams:
     @classmethod
     def from_wire(cls, msg: object) -> ConfirmParams:
         params = _map(msg, "confirm")
-        _version(params, "confirm", CONFIRM_VERSION)
+        version = _version(params, "confirm", CONFIRM_VERSION)
         rows = _list(params.get("parts"), "confirm.parts")
         session = params.get("sess")
         seq = params.get("seq")
@@ -158,7 +241,8 @@ class ConfirmParams:
             produce_version=_int(params.get("v", _DEFAULT_PRODUCE_VERSION), "confirm.v"),
             timeout_ms=_int(params.get("tmo", _DEFAULT_TIMEOUT_MS), "confirm.tmo"),
             parts=tuple(
-                ConfirmPart.from_wire(row, f"confirm.parts[{i}]") for i, row in enumerate(rows)
+                ConfirmPart.from_wire(row, f"confirm.parts[{i}]", version)
+                for i, row in enumerate(rows)
             ),
             session=None if session is None else _str(session, "confirm.sess"),
             seq=None if seq is None else _int(seq, "confirm.seq"),
@@ -239,12 +323,12 @@ class ConfirmResult:
     parts: tuple[PartitionOutcome, ...]
 
     def to_wire(self) -> dict[str, Any]:
-        return {"mv": CONFIRM_VERSION, "parts": [part.to_wire() for part in self.parts]}
+        return {"mv": CONFIRM_RESULT_VERSION, "parts": [part.to_wire() for part in self.parts]}
 
     @classmethod
     def from_wire(cls, msg: object, expected_parts: int | None = None) -> ConfirmResult:
         result = _map(msg, "confirm result")
-        _version(result, "confirm result", CONFIRM_VERSION)
+        _version(result, "confirm result", CONFIRM_RESULT_VERSION)
         rows = _list(result.get("parts"), "confirm result.parts")
         if expected_parts is not None and len(rows) != expected_parts:
             raise MalformedMessage(

@@ -248,16 +248,44 @@ def validate_produce_records(
         )
     _check_semantics(batch, api_version)
     if not log_append_time:
-        low = now_ms - timestamp_before_max_ms
-        high = now_ms + timestamp_after_max_ms
-        for name, ts in (("base", batch.base_timestamp), ("max", batch.max_timestamp)):
-            if ts != NO_TIMESTAMP and not low <= ts <= high:
-                raise InvalidBatch(
-                    ErrorCode.invalid_timestamp,
-                    f"{name} timestamp {ts} is outside [{low}, {high}] "
-                    f"(now {now_ms}, message.timestamp.before/after.max.ms)",
-                )
+        _check_timestamps(batch, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
     return batch
+
+
+def check_batch_limits(
+    batch: BatchInfo,
+    *,
+    now_ms: int,
+    log_append_time: bool,
+    timestamp_before_max_ms: int,
+    timestamp_after_max_ms: int,
+    max_message_bytes: int,
+    api_version: int | None = None,
+) -> None:
+    """The checks of `validate_produce_records` that need only the batch header, for a batch
+    whose framing and CRC someone else checked (a zone proxy, which holds the bytes): size
+    against the topic's limit, header semantics, and CreateTime timestamps. Raises
+    InvalidBatch as the full validation would."""
+    if batch.size > max_message_bytes:
+        raise InvalidBatch(
+            ErrorCode.message_too_large,
+            f"record batch of {batch.size} bytes exceeds max.message.bytes {max_message_bytes}",
+        )
+    _check_semantics(batch, api_version)
+    if not log_append_time:
+        _check_timestamps(batch, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
+
+
+def _check_timestamps(batch: BatchInfo, now_ms: int, before_ms: int, after_ms: int) -> None:
+    low = now_ms - before_ms
+    high = now_ms + after_ms
+    for name, ts in (("base", batch.base_timestamp), ("max", batch.max_timestamp)):
+        if ts != NO_TIMESTAMP and not low <= ts <= high:
+            raise InvalidBatch(
+                ErrorCode.invalid_timestamp,
+                f"{name} timestamp {ts} is outside [{low}, {high}] "
+                f"(now {now_ms}, message.timestamp.before/after.max.ms)",
+            )
 
 
 def _check_semantics(batch: BatchInfo, api_version: int | None) -> None:

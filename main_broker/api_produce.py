@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
     decode_produce_request,
@@ -22,7 +21,7 @@ from kafka_wire.hot_codecs import (
 from kafka_wire.leader_hints import fill_produce_hints
 from kafka_wire.server_loop import Buffer, CloseConnection
 from kafka_wire.topic_bytes import TopicFinish
-from main_broker.append import PendingAppends, append_partition, may_append
+from main_broker.append import PendingAppends, append_partition
 
 if TYPE_CHECKING:
     from main_broker.broker import MainBroker, RequestContext
@@ -36,42 +35,32 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
         req = decode_produce_request(header.api_version, memoryview(frame), header.size)
     except ValueError as exc:
         raise CloseConnection(f"malformed Produce v{header.api_version}: {exc}") from None
-    store = broker.store
     metrics = broker.metrics
+    appender = broker.appender
     now_ms = int(time.time() * 1000)
     pending = PendingAppends()
     topics_out: list[tuple[str, list[ProducePartitionResult]]] = []
-    bad_acks = req.acks not in (0, 1, -1)
     for topic in req.topics:
         results: list[ProducePartitionResult] = []
         topics_out.append((topic.name, results))
         for part in topic.partitions:
             result = ProducePartitionResult(index=part.index)
             results.append(result)
-            plog = store.partition(topic.name, part.index)
-            if bad_acks:
-                result.error_code = ErrorCode.invalid_required_acks
-            elif plog is None:
-                result.error_code = ErrorCode.unknown_topic_or_partition
-            elif not may_append(broker, plog):
-                result.error_code = ErrorCode.not_leader_or_follower
-            elif broker.storage_failed:
-                result.error_code = ErrorCode.kafka_storage_error
-                result.error_message = "the broker's WAL failed; restart it to recover"
-            elif store.wal.full:
-                result.error_code, result.error_message = WAL_FULL, WAL_FULL_MESSAGE
-            elif part.records is None or len(part.records) == 0:
-                result.error_code = ErrorCode.invalid_record
-                result.error_message = "empty records"
+            records = part.records
+            decision = appender.decide(
+                topic.name,
+                part.index,
+                acks=req.acks,
+                records_size=None if records is None else len(records),
+                now_ms=now_ms,
+                api_version=header.api_version,
+                records=records,
+            )
+            append_partition(broker, decision, result, pending)
+            if result.error_code == ErrorCode.none:
+                metrics.bytes_in.labels(topic.name).inc(len(records or b""))
             else:
-                append_partition(
-                    broker, plog, part.records, result, pending, now_ms, header.api_version
-                )
-                if result.error_code == ErrorCode.none:
-                    metrics.bytes_in.labels(topic.name).inc(len(part.records))
-            if result.error_code != ErrorCode.none:
                 metrics.request_errors.labels("Produce", ErrorCode(result.error_code).name).inc()
-    pending.start(broker)
     # The size of each topic's entry, for the traffic accounting's split by topic.
     request_topics = [(topic.name, topic.nbytes) for topic in req.topics]
 
@@ -83,7 +72,7 @@ def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> 
         return TopicFinish(no_response, request_topics)
 
     async def respond() -> Sequence[Buffer]:
-        await pending.wait(req.timeout_ms / 1000)
+        await pending.wait(broker, req.timeout_ms / 1000)
         endpoints = fill_produce_hints(header.api_version, topics_out, broker.leader_hints(ctx))
         # Frame parts that carry each topic's size, for per-topic traffic accounting.
         return produce_response_parts(

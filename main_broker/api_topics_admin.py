@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from main_broker.append import may_append
 from main_broker.cluster_doc import PartitionCountChanged, TopicExists, UnknownTopic
 from main_broker.config_changes import ConfigChangeError, replace_topic_configs, topic_entries
 from main_broker.partition_log import leader_error
@@ -342,7 +341,7 @@ async def delete_records(broker: MainBroker, ctx: RequestContext, req: Any) -> d
                 out["error_code"] = error
                 continue
             assert plog is not None
-            if not may_append(broker, plog):
+            if not broker.may_append(plog):
                 # A move is sealing the partition: its log start goes over as it stands now.
                 out["error_code"] = ErrorCode.not_leader_or_follower
                 continue

@@ -43,6 +43,7 @@ from main_broker import (
 from main_broker.accounting import MainTraffic
 from main_broker.api_produce import begin_produce
 from main_broker.api_reassign import REASSIGN_APIS, REASSIGN_HANDLERS
+from main_broker.appender import Appender
 from main_broker.cluster_doc import PartitionCountChanged, UnknownTopic
 from main_broker.cluster_role import ClusterRole, TopicExists
 from main_broker.config import BrokerConfig
@@ -57,6 +58,7 @@ from main_broker.group_wiring import (
 from main_broker.log_store import LogStore
 from main_broker.object_retention import ObjectRetention
 from main_broker.object_tier import ObjectTier
+from main_broker.partition_log import PartitionLog
 from main_broker.security_state import SecurityState
 from main_broker.state_stream import publish_state
 from main_broker.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, MainZoneView
@@ -181,6 +183,7 @@ class MainBroker:
         self.coordinator: GroupCoordinator
         self.security = SecurityState(self)
         self.commit_nursery: trio.Nursery
+        self.appender: Appender
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -196,6 +199,9 @@ class MainBroker:
             wal, WalReader(fs, cfg.wal_writer_id), cfg.wal_cache_bytes, cfg.topic_defaults
         )
         store_ref.append(store)
+        self.appender = Appender(
+            store.partition, self.may_append, self.storage_failure, lambda: wal.full
+        )
         self.coordinator = GroupCoordinator(cfg.groups, _OffsetStore(store))
         store.load_offsets = self.coordinator.load_offsets
         self.consumer_groups = consumer_groups(cfg.groups, self.coordinator, store)
@@ -238,6 +244,7 @@ class MainBroker:
             async with trio.open_nursery() as nursery:
                 self.commit_nursery = nursery
                 await nursery.start(wal.run)
+                nursery.start_soon(store.linked_payloads.run)
                 await nursery.start(self.traffic.run)
                 if cfg.metadata_url is not None:
                     self.cluster = ClusterRole(self)
@@ -360,6 +367,21 @@ class MainBroker:
     def _observe_group_commit(self, nbytes: int, seconds: float) -> None:
         self.metrics.wal_fsync_latency.observe(seconds)
         self.metrics.wal_group_bytes.observe(nbytes)
+
+    def may_append(self, plog: PartitionLog) -> bool:
+        """Whether this main appends to the partition: it leads it, no reassignment is moving
+        it away, and (clustered) its copy of the metadata is recent enough that no other main
+        can have taken the partition over (main_broker/handoff.py)."""
+        return plog.owned and not plog.fenced and (self.cluster is None or self.cluster.fresh())
+
+    def storage_failure(self) -> str | None:
+        """Why the WAL takes no writes (None while it does)."""
+        failed = self.store.wal.failed
+        if failed is not None:
+            self.mark_storage_failed(failed)
+        if self.storage_failed:
+            return "the broker's WAL failed; restart it to recover"
+        return None
 
     def mark_storage_failed(self, exc: BaseException) -> None:
         if not self.storage_failed:

@@ -1,9 +1,11 @@
 """The confirm RPC: a zone proxy has written a Produce payload to the shared WAL (a PREPARED
 record in its own writer directory) and asks this main broker, the partition's leader, to
-append it. The main reads the payload from the shared file system and runs exactly the append
-logic a direct client gets; its own WAL records only a LINK (metadata, no payload).
+append it. The confirm carries each batch's header summary (the proxy checked the framing and
+CRC of the bytes it holds), so the main runs exactly the append decision a direct client gets
+(main_broker/appender.py) without reading the payload back; its own WAL records only a LINK
+(metadata, no payload). The bytes are read later, off this path (main_broker/linked_payloads.py).
 
-The messages are `internal_rpc.messages.ConfirmParams` (about 100 bytes for one partition)
+The messages are `internal_rpc.messages.ConfirmParams` (about 130 bytes for one partition)
 and `ConfirmResult` (one `PartitionOutcome` per part, in request order); their byte layouts
 are in docs/formats.md, "Confirm".
 
@@ -25,10 +27,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from internal_rpc.messages import ConfirmParams, ConfirmResult, PartitionOutcome
-from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
+from internal_rpc.messages import ConfirmParams, ConfirmPart, ConfirmResult, PartitionOutcome
 from kafka_wire.hot_codecs import ProducePartitionResult
-from main_broker.append import PendingAppends, append_partition, may_append
+from main_broker.append import PendingAppends, append_partition
 from shared_wal import WalError, WalPosition
 
 if TYPE_CHECKING:
@@ -95,26 +96,39 @@ def _answer(results: list[ProducePartitionResult]) -> dict[str, Any]:
     return ConfirmResult(tuple(PartitionOutcome.of(r) for r in results)).to_wire()
 
 
+def _needs_records(broker: MainBroker, part: ConfirmPart) -> bool:
+    """Whether the decision needs the batch's bytes: a confirm of the previous version (no
+    header summary), or a compacted topic's batch (the keyless record check)."""
+    if part.batch is None:
+        return True
+    plog = broker.store.partition(part.topic, part.partition)
+    return plog is not None and plog.config.compacted
+
+
 async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str, Any]:
     """The `confirm` RPC handler: `params` is a `ConfirmParams` on the wire (a malformed one
     raises `MalformedMessage`, which the caller gets as the error), the answer a
-    `ConfirmResult`."""
+    `ConfirmResult`. The appender decides each part from its header summary; the payload is
+    read here only when `_needs_records` says so."""
     confirm = ConfirmParams.from_wire(params)
     parts = confirm.parts
-    version = confirm.produce_version
     results = [ProducePartitionResult(index=p.partition) for p in parts]
     positions = [WalPosition(p.writer, p.segment, p.position, p.length) for p in parts]
+    payloads: dict[int, bytearray | Exception] = {}
+    wanted = [i for i, part in enumerate(parts) if _needs_records(broker, part)]
+    if wanted:
+        batches = broker.store.batches
 
-    def read_all() -> list[bytearray | Exception]:
-        out: list[bytearray | Exception] = []
-        for position in positions:
-            try:
-                out.append(broker.store.batches.read_prepared(position))
-            except (WalError, OSError) as exc:
-                out.append(exc)
-        return out
+        def read_wanted() -> dict[int, bytearray | Exception]:
+            out: dict[int, bytearray | Exception] = {}
+            for i in wanted:
+                try:
+                    out[i] = batches.read_prepared(positions[i])
+                except (WalError, OSError) as exc:
+                    out[i] = exc
+            return out
 
-    payloads = await trio.to_thread.run_sync(read_all, limiter=broker.store.batches.limiter)
+        payloads = await trio.to_thread.run_sync(read_wanted, limiter=batches.limiter)
     session, seq = confirm.session, confirm.seq
     in_turn = True
     if session is not None and seq is not None:
@@ -127,32 +141,36 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
                 result.error_message = "an earlier confirm of this proxy session never arrived"
             return _answer(results)
         now_ms = int(time.time() * 1000)
-        for part, position, payload, result in zip(
-            parts, positions, payloads, results, strict=True
-        ):
-            topic = part.topic
-            plog = broker.store.partition(topic, result.index)
+        appender = broker.appender
+        for i, (part, position, result) in enumerate(zip(parts, positions, results, strict=True)):
+            payload = payloads.get(i)
             if isinstance(payload, Exception):
                 log.warning(
-                    "confirm for %s-%d: cannot read %s: %s", topic, result.index, position, payload
+                    "confirm for %s-%d: cannot read %s: %s",
+                    part.topic,
+                    part.partition,
+                    position,
+                    payload,
                 )
                 result.error_code = ErrorCode.kafka_storage_error
                 result.error_message = f"cannot read the prepared payload: {payload}"
-            elif plog is None or not may_append(broker, plog):
-                result.error_code = ErrorCode.not_leader_or_follower
-            elif broker.storage_failed:
-                result.error_code = ErrorCode.kafka_storage_error
-            elif broker.store.wal.full:
-                result.error_code, result.error_message = WAL_FULL, WAL_FULL_MESSAGE
-            else:
-                append_partition(
-                    broker, plog, memoryview(payload), result, pending, now_ms, version, position
-                )
-                if result.error_code == ErrorCode.none:
-                    broker.metrics.bytes_in.labels(topic).inc(len(payload))
+                continue
+            decision = appender.decide(
+                part.topic,
+                part.partition,
+                acks=-1,
+                records_size=part.length,
+                now_ms=now_ms,
+                api_version=confirm.produce_version,
+                records=None if payload is None else memoryview(payload),
+                batch=None if part.batch is None else part.batch.batch_info(part.length),
+                prepared=position,
+            )
+            append_partition(broker, decision, result, pending)
+            if result.error_code == ErrorCode.none:
+                broker.metrics.bytes_in.labels(part.topic).inc(part.length)
     finally:
         if session is not None and seq is not None:
             broker.confirms.done(session, seq)
-    pending.start(broker)
-    await pending.wait(confirm.timeout_ms / 1000)
+    await pending.wait(broker, confirm.timeout_ms / 1000)
     return _answer(results)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from main_broker import links_floor
+from main_broker.linked_payloads import LinkedPayloads
 from main_broker.partition_log import BatchEntry, PartitionLog
 from main_broker.state_stream import StateWatcher
 from main_broker.topic_config import EffectiveTopicConfig
@@ -35,6 +36,7 @@ from shared_wal.batch_reader import BatchReader, Buffer
 from shared_wal.broker_records import PreparedLink
 
 if TYPE_CHECKING:
+    from main_broker.appender import WalIntent
     from s3_commit.manifest import Manifest
 
 log = logging.getLogger("zonefleet.main_broker.store")
@@ -72,6 +74,14 @@ class BatchCache:
 
 
 class LogStore:
+    """A main's topics and partition logs, rebuilt from its WAL and changed only through it.
+
+    It owns the WAL writer and reader, the batch cache, the topics (configs, partitions,
+    leaders), producer ids and the small documents; it tells state subscribers (the zone
+    proxies' state stream) what changed. Other components plug into replay and snapshots
+    through the hooks set in `MainBroker.run`.
+    """
+
     def __init__(
         self,
         wal: WalWriter,
@@ -90,6 +100,8 @@ class LogStore:
         self._producer_id_lock = trio.Lock()
         # Our own segments and the proxies' PREPARED payloads our LINKs point to.
         self.batches = BatchReader(reader.fs, own=reader)
+        # Linked batches' bytes, read back off the produce path into the cache.
+        self.linked_payloads = LinkedPayloads(self.batches, self.cache.add)
         self._watchers: list[StateWatcher] = []
         # Per proxy writer, the lowest PREPARED offset our un-uploaded LINKs point to
         # (main_broker/links_floor.py); published on the state stream.
@@ -321,26 +333,22 @@ class LogStore:
 
     # -- produce -----------------------------------------------------------------------------
 
-    def submit_batch(
-        self,
-        plog: PartitionLog,
-        entry: BatchEntry,
-        producer: tuple[int, int, int, int, int] | None,
-        prepared: WalPosition | None = None,
-    ) -> AppendTicket:
-        """Queue the WAL record of a freshly appended batch; returns the WAL ticket.
+    def submit_intent(self, intent: WalIntent) -> AppendTicket:
+        """Queue the WAL record of a freshly appended batch (an `Appender` decision); returns
+        the WAL ticket. The writer applies its durability as the group commit lands (the high
+        watermark moves, fetches wake), whether or not anyone waits on the ticket.
 
-        A batch a proxy already wrote (`prepared`) gets a LINK record with no payload; any other
-        gets a DATA record carrying the batch.
+        A batch a proxy already wrote (`intent.prepared`) gets a LINK record with no payload;
+        any other gets a DATA record carrying the batch.
         """
-        assert entry.data is not None
+        plog, entry, prepared = intent.plog, intent.entry, intent.prepared
         header = wal_records.data_header(
             plog.topic,
             plog.partition,
             entry.base_offset,
             entry.last_offset,
             entry.max_timestamp,
-            producer,
+            intent.producer,
         )
         if prepared is not None:
             lat = plog.config.log_append_time
@@ -349,9 +357,20 @@ class LogStore:
             self.note_link(prepared)
             ticket = self.wal.submit(RecordType.LINK, header)
         else:
+            assert entry.data is not None
             ticket = self.wal.submit(RecordType.DATA, header, entry.data)
-        self.cache.add(entry)
+        # Set before any checkpoint, so before the writer can resolve the ticket.
+        ticket.on_durable = partial(self._on_durable, plog, entry, ticket)
+        if entry.data is not None:
+            self.cache.add(entry)
         return ticket
+
+    def _on_durable(self, plog: PartitionLog, entry: BatchEntry, ticket: AppendTicket) -> None:
+        position = ticket.position
+        assert position is not None
+        self.on_durable(plog, entry, position)
+        if entry.data is None and entry.link is not None:
+            self.linked_payloads.want(entry)
 
     def on_durable(self, plog: PartitionLog, entry: BatchEntry, position: WalPosition) -> None:
         if plog.mark_durable(entry, position):

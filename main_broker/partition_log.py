@@ -153,13 +153,17 @@ class PartitionLog:
             batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
         )
 
-    def append(self, buf: memoryview, batch: BatchInfo, now_ms: int) -> BatchEntry:
-        """Assign offsets to a validated batch (patched in place) and index it."""
+    def append(self, buf: memoryview | None, batch: BatchInfo, now_ms: int) -> BatchEntry:
+        """Assign offsets to a validated batch and index it. Its bytes, when given, are
+        patched in place; without them (a batch a zone proxy holds, linked) whoever reads the
+        batch back applies the same patches (shared_wal.broker_records.rebuild_linked_batch)."""
         base = self.next_offset
-        assign_offsets(buf, batch, base, self.leader_epoch)
         max_timestamp = batch.max_timestamp
+        if buf is not None:
+            assign_offsets(buf, batch, base, self.leader_epoch)
+            if self.config.log_append_time:
+                stamp_log_append_time(buf, batch, now_ms)
         if self.config.log_append_time:
-            stamp_log_append_time(buf, batch, now_ms)
             max_timestamp = now_ms
         last = base + batch.last_offset_delta
         entry = BatchEntry(base, last, max_timestamp, batch.size, buf, None)

@@ -103,7 +103,13 @@ class ProxyBroker:
             for m in config.mains
         }
         self.pipes = {
-            node: ConfirmPipe(rpc, node, config.confirm_timeout_s, config.confirm_max_in_flight)
+            node: ConfirmPipe(
+                rpc,
+                node,
+                config.confirm_timeout_s,
+                config.confirm_max_in_flight,
+                on_prepared=self.remember_prepared,
+            )
             for node, rpc in self.rpcs.items()
         }
         self.mirrors: dict[int, MainMirror] = {}

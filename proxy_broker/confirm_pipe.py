@@ -16,24 +16,28 @@ forgets idle sessions, and a restarted main knows none.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from internal_rpc import RpcError, RpcTimeout
+from internal_rpc import RpcError, RpcRemoteError, RpcTimeout
 from internal_rpc.messages import (
+    CONFIRM_VERSION,
+    BatchSummary,
     ConfirmParams,
     ConfirmPart,
     ConfirmResult,
     MalformedMessage,
     PartitionOutcome,
 )
-from shared_wal import WalPosition
+from shared_wal import AppendTicket, WalError, WalPosition
 
 log = logging.getLogger("zonefleet.proxy.confirm")
 
@@ -44,6 +48,9 @@ DEFAULT_MAX_IN_FLIGHT = 4
 SESSION_IDLE_RESET_S = 1.0
 
 
+OnPrepared = Callable[[WalPosition, memoryview], None]
+
+
 class ConfirmClient(Protocol):
     """What the pipe needs of internal_rpc.RpcClient."""
 
@@ -52,14 +59,26 @@ class ConfirmClient(Protocol):
     ) -> Any: ...
 
 
+@dataclass(slots=True)
+class PreparedPart:
+    """One partition of a request: its batch's header summary, and its PREPARED record (the
+    WAL ticket until durable, then the position the confirm names)."""
+
+    topic: str
+    partition: int
+    batch: BatchSummary
+    position: WalPosition | None = None
+    ticket: AppendTicket | None = None
+    payload: memoryview | None = None  # the bytes, for this proxy's own reads once durable
+
+
 @dataclass
 class ConfirmRequest:
     """The partitions of one client Produce request that go to one main."""
 
     api_version: int
     timeout_ms: int
-    # (topic, partition, PREPARED position once durable)
-    parts: list[tuple[str, int, WalPosition | None]]
+    parts: list[PreparedPart]
     results: list[PartitionOutcome] = field(default_factory=list)
     prepared: trio.Event = field(default_factory=trio.Event)  # every PREPARED record durable
     done: trio.Event = field(default_factory=trio.Event)
@@ -68,6 +87,36 @@ class ConfirmRequest:
         outcome = PartitionOutcome(int(code), error_message=message)
         self.results = [outcome for _ in self.parts]
         self.done.set()
+
+    def settle(self, on_prepared: OnPrepared | None = None) -> bool:
+        """True once every PREPARED record is durable (positions filled, `on_prepared` told
+        of each) or one failed (the request failed); False while any is pending."""
+        if self.prepared.is_set():
+            return True
+        parts = self.parts
+        if any(p.ticket is not None and not p.ticket.done for p in parts):
+            return False
+        for part in parts:
+            ticket = part.ticket
+            if ticket is None:
+                continue
+            part.ticket = None
+            if ticket.position is None:
+                log.error("PREPARED write for %s-%d failed", part.topic, part.partition)
+                self.fail(ErrorCode.kafka_storage_error, "the proxy's WAL write failed")
+                break
+            part.position = ticket.position
+            if on_prepared is not None and part.payload is not None:
+                on_prepared(ticket.position, part.payload)
+        self.prepared.set()
+        return True
+
+    async def wait_prepared(self, on_prepared: OnPrepared | None = None) -> None:
+        for part in self.parts:
+            if part.ticket is not None:
+                with contextlib.suppress(WalError):
+                    await part.ticket.wait()
+        self.settle(on_prepared)
 
 
 def new_session_id() -> str:
@@ -81,6 +130,7 @@ class ConfirmPipe:
         main_id: int,
         timeout_s: float,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        on_prepared: OnPrepared | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
@@ -88,6 +138,8 @@ class ConfirmPipe:
         self.main_id = main_id
         self.timeout_s = timeout_s
         self.max_in_flight = max_in_flight
+        # Told of each PREPARED record once durable (the proxy keeps the bytes for its reads).
+        self.on_prepared = on_prepared
         self._queue: deque[ConfirmRequest] = deque()
         self._wakeup = trio.Event()
         self._slots = trio.Semaphore(max_in_flight)
@@ -96,6 +148,9 @@ class ConfirmPipe:
         self._idle_since: float | None = None  # None while calls are in flight
         self.in_flight = 0
         self.calls = 0
+        # The confirm version this main reads: 2 (batch summaries) until a main of the
+        # previous release refuses it, then 1 (that main reads each payload back).
+        self.version = CONFIRM_VERSION
 
     def submit(self, request: ConfirmRequest) -> None:
         self._queue.append(request)
@@ -109,8 +164,8 @@ class ConfirmPipe:
                     await self._wakeup.wait()
                     continue
                 # Head of line: PREPARED group commits finish in order, so nothing behind the
-                # head can be confirmed before it.
-                await self._queue[0].prepared.wait()
+                # head can be confirmed before it. This task waits on the WAL tickets itself.
+                await self._queue[0].wait_prepared(self.on_prepared)
                 await self._slots.acquire()
                 batch = self._take_batch()
                 if not batch:
@@ -138,7 +193,7 @@ class ConfirmPipe:
         parts = 0
         while (
             self._queue
-            and self._queue[0].prepared.is_set()
+            and self._queue[0].settle(self.on_prepared)
             and (not batch or self._queue[0].api_version == batch[0].api_version)
             and (not batch or parts + len(self._queue[0].parts) <= MAX_PARTS_PER_CALL)
         ):
@@ -163,10 +218,18 @@ class ConfirmPipe:
             produce_version=batch[0].api_version,
             timeout_ms=max(r.timeout_ms for r in batch),
             parts=tuple(
-                ConfirmPart(topic, partition, pos.writer, pos.segment, pos.position, pos.length)
+                ConfirmPart(
+                    part.topic,
+                    part.partition,
+                    pos.writer,
+                    pos.segment,
+                    pos.position,
+                    pos.length,
+                    part.batch if self.version >= 2 else None,
+                )
                 for request in batch
-                for topic, partition, pos in request.parts
-                if pos is not None
+                for part in request.parts
+                if (pos := part.position) is not None
             ),
             session=session,
             seq=seq,
@@ -182,6 +245,15 @@ class ConfirmPipe:
             if session == self.session:
                 # The main may never have got this seq; later calls must not wait behind it.
                 self._new_session()
+            if (
+                isinstance(exc, RpcRemoteError)
+                and exc.code == "UnsupportedMessageVersion"
+                and self.version > 1
+            ):
+                # A main of the previous release (a rolling upgrade): it decoded nothing, so
+                # the clients' retries go out as version 1 confirms.
+                self.version = 1
+                log.warning("main %d reads confirm version 1 only; sending it", self.main_id)
             log.warning("confirm %s/%d to main %d failed: %r", session, seq, self.main_id, exc)
             if isinstance(exc, RpcTimeout):
                 code, message = ErrorCode.request_timed_out, f"main {self.main_id} timed out"

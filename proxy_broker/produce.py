@@ -15,18 +15,19 @@ from typing import TYPE_CHECKING
 import trio
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
+from internal_rpc.messages import BatchSummary
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
     decode_produce_request,
     produce_response_parts,
 )
 from kafka_wire.leader_hints import fill_produce_hints
+from kafka_wire.produce_admission import produce_admission
 from kafka_wire.record_batch import InvalidBatch, validate_produce_records
 from kafka_wire.server_loop import Buffer, CloseConnection
 from kafka_wire.topic_bytes import TopicFinish
-from proxy_broker.confirm_pipe import ConfirmRequest
-from shared_wal import AppendTicket, RecordType, WalError
+from proxy_broker.confirm_pipe import ConfirmRequest, PreparedPart
+from shared_wal import RecordType
 
 if TYPE_CHECKING:
     from proxy_broker.broker import ProxyBroker, RequestContext
@@ -38,14 +39,12 @@ log = logging.getLogger("zonefleet.proxy.produce")
 NO_LIMIT = 2**62
 
 
-class _Prepared:
-    """One main's share of a Produce request while its PREPARED records become durable."""
+class _Share:
+    """One main's share of a Produce request: its confirm, and the client's results for it."""
 
     def __init__(self, request: ConfirmRequest, results: list[ProducePartitionResult]) -> None:
         self.request = request
         self.results = results
-        self.tickets: list[AppendTicket] = []
-        self.payloads: list[memoryview] = []
 
 
 def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> TopicFinish:
@@ -56,7 +55,7 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
         raise CloseConnection(f"malformed Produce v{header.api_version}: {exc}") from None
     now_ms = int(time.time() * 1000)
     topics_out: list[tuple[str, list[ProducePartitionResult]]] = []
-    shares: dict[int, _Prepared] = {}
+    shares: dict[int, _Share] = {}
     for topic in req.topics:
         results: list[ProducePartitionResult] = []
         topics_out.append((topic.name, results))
@@ -64,48 +63,56 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
             result = ProducePartitionResult(index=part.index)
             results.append(result)
             owner = proxy.owner_of(topic.name, part.index)
-            if req.acks not in (0, 1, -1):
-                result.error_code = ErrorCode.invalid_required_acks
-            elif owner is None:
-                result.error_code = ErrorCode.unknown_topic_or_partition
-            elif proxy.wal.failed:
-                result.error_code = ErrorCode.kafka_storage_error
-            elif proxy.wal.full:
-                result.error_code, result.error_message = WAL_FULL, WAL_FULL_MESSAGE
-            elif part.records is None or len(part.records) == 0:
-                result.error_code = ErrorCode.invalid_record
-                result.error_message = "empty records"
-            else:
-                try:
-                    validate_produce_records(
-                        part.records,
-                        now_ms=now_ms,
-                        log_append_time=False,
-                        timestamp_before_max_ms=NO_LIMIT,
-                        timestamp_after_max_ms=NO_LIMIT,
-                        max_message_bytes=NO_LIMIT,
-                        api_version=header.api_version,
-                    )
-                except InvalidBatch as exc:
-                    result.error_code = exc.error_code
-                    result.error_message = exc.message
-                    continue
-                share = shares.get(owner)
-                if share is None:
-                    request = ConfirmRequest(header.api_version, req.timeout_ms, [])
-                    share = shares[owner] = _Prepared(request, [])
-                    # Queued now, in arrival order; the pipe sends it once it is prepared.
-                    proxy.pipes[owner].submit(request)
-                ticket = proxy.wal.submit(
-                    RecordType.PREPARED, {"t": topic.name, "p": part.index}, part.records
+            records = part.records
+            wal_failed = proxy.wal.failed
+            refusal = produce_admission(
+                acks=req.acks,
+                known=owner is not None,
+                leads=True,  # the owner is the main that leads it, as far as this proxy knows
+                storage_failure=None if wal_failed is None else "the proxy's WAL write failed",
+                wal_full=proxy.wal.full,
+                records_size=None if records is None else len(records),
+            )
+            if refusal is not None:
+                result.error_code, result.error_message = refusal.error_code, refusal.message
+                continue
+            assert owner is not None and records is not None
+            try:
+                # The framing and CRC, which need the bytes; the main checks the topic's
+                # limits, the producer's sequence and its epoch from the header summary.
+                batch = validate_produce_records(
+                    records,
+                    now_ms=now_ms,
+                    log_append_time=False,
+                    timestamp_before_max_ms=NO_LIMIT,
+                    timestamp_after_max_ms=NO_LIMIT,
+                    max_message_bytes=NO_LIMIT,
+                    api_version=header.api_version,
                 )
-                share.tickets.append(ticket)
-                share.payloads.append(part.records)
-                share.results.append(result)
-                share.request.parts.append((topic.name, part.index, None))
-                proxy.metrics.bytes_in.labels(topic.name).inc(len(part.records))
-    for share in shares.values():
-        proxy.background.start_soon(_prepare, proxy, share)
+            except InvalidBatch as exc:
+                result.error_code = exc.error_code
+                result.error_message = exc.message
+                continue
+            share = shares.get(owner)
+            if share is None:
+                request = ConfirmRequest(header.api_version, req.timeout_ms, [])
+                share = shares[owner] = _Share(request, [])
+                # Queued now, in arrival order; the pipe sends it once it is prepared.
+                proxy.pipes[owner].submit(request)
+            ticket = proxy.wal.submit(
+                RecordType.PREPARED, {"t": topic.name, "p": part.index}, records
+            )
+            share.results.append(result)
+            share.request.parts.append(
+                PreparedPart(
+                    topic.name,
+                    part.index,
+                    BatchSummary.of(batch),
+                    ticket=ticket,
+                    payload=records,
+                )
+            )
+            proxy.metrics.bytes_in.labels(topic.name).inc(len(records))
 
     async def respond() -> Sequence[Buffer] | None:
         with trio.move_on_after(max(req.timeout_ms, 0) / 1000 + proxy.config.confirm_timeout_s):
@@ -127,22 +134,7 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
     return TopicFinish(respond, [(topic.name, topic.nbytes) for topic in req.topics])
 
 
-async def _prepare(proxy: ProxyBroker, share: _Prepared) -> None:
-    """Wait for the PREPARED group commit, then let the confirm pipe send this share."""
-    request = share.request
-    try:
-        for i, ticket in enumerate(share.tickets):
-            position = await ticket.wait()
-            topic, partition, _ = request.parts[i]
-            request.parts[i] = (topic, partition, position)
-            proxy.remember_prepared(position, share.payloads[i])
-    except WalError as exc:
-        log.error("PREPARED write failed: %s", exc)
-        request.fail(ErrorCode.kafka_storage_error, "the proxy's WAL write failed")
-    request.prepared.set()
-
-
-def _apply_results(share: _Prepared) -> None:
+def _apply_results(share: _Share) -> None:
     request = share.request
     if not request.done.is_set():
         for result in share.results:

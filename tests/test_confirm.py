@@ -14,7 +14,8 @@ from confluent_kafka import Consumer, KafkaError
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcError
-from kafka_wire.record_batch import build_batch
+from internal_rpc.messages import BatchSummary, ConfirmParams, ConfirmPart
+from kafka_wire.record_batch import build_batch, parse_batch_header
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
 from main_broker.confirm import handle_confirm
@@ -82,18 +83,55 @@ def _batch(values: list[bytes], pid: int = -1, seq: int = -1) -> bytes:
     )
 
 
-def _params(positions: list[Any], seq: int, session: str = "s1") -> dict[str, Any]:
-    return {
-        "sess": session,
-        "seq": seq,
-        "acks": -1,
-        "tmo": 5000,
-        "v": 9,
-        "parts": [["t", 0, p.writer, p.segment, p.position, p.length] for p in positions],
-    }
+def _params(
+    positions: list[Any], seq: int, session: str = "s1", batches: list[bytes] | None = None
+) -> dict[str, Any]:
+    """A confirm as a proxy of the previous release sent it (version 1: the main reads each
+    payload back), or with `batches`, as a proxy sends it now (version 2: each part carries
+    its batch's header summary)."""
+    if batches is None:
+        return {
+            "sess": session,
+            "seq": seq,
+            "acks": -1,
+            "tmo": 5000,
+            "v": 9,
+            "parts": [["t", 0, p.writer, p.segment, p.position, p.length] for p in positions],
+        }
+    parts = tuple(
+        ConfirmPart(
+            "t",
+            0,
+            p.writer,
+            p.segment,
+            p.position,
+            p.length,
+            BatchSummary.of(parse_batch_header(batch)),
+        )
+        for p, batch in zip(positions, batches, strict=True)
+    )
+    return ConfirmParams(9, 5000, parts, session, seq).to_wire()
 
 
-async def test_confirmed_payload_is_linked_served_and_replayed(tmp_path: Path) -> None:
+class ReadCounter:
+    """Counts the PREPARED payloads the main reads back."""
+
+    def __init__(self, broker: MainBroker) -> None:
+        self.reads = 0
+        batches = broker.store.batches
+        read = batches.read_prepared
+
+        def counted(position: Any) -> bytearray:
+            self.reads += 1
+            return read(position)
+
+        batches.read_prepared = counted  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_confirmed_payload_is_linked_served_and_replayed(
+    tmp_path: Path, version: int
+) -> None:
     url = f"osfs://{tmp_path / 'wal'}"
     batches = [
         _batch([f"a{i}".encode() for i in range(3)], pid=5, seq=0),
@@ -102,9 +140,11 @@ async def test_confirmed_payload_is_linked_served_and_replayed(tmp_path: Path) -
     positions = await _prepare(url, batches)
     broker = MainBroker(_config(tmp_path))
     frames: list[dict[str, Any]] = []
+    summaries = batches if version == 2 else None
     async with trio.open_nursery() as nursery:
         port = await nursery.start(broker.run)
         await broker.store.create_topic("t", 1, {})
+        counter = ReadCounter(broker)
 
         async def send(frame: Any) -> None:
             frames.append(frame)
@@ -115,17 +155,31 @@ async def test_confirmed_payload_is_linked_served_and_replayed(tmp_path: Path) -
             second: list[dict[str, Any]] = []
 
             async def late() -> None:
-                second.append(await handle_confirm(broker, _params(positions[1:], 1)))
+                params = _params(positions[1:], 1, batches=summaries and summaries[1:])
+                second.append(await handle_confirm(broker, params))
 
             inner.start_soon(late)
             await _until(lambda: broker.confirms.parked("s1") == 1, "seq 1 never waited")
-            first = await handle_confirm(broker, _params(positions[:1], 0))
+            params = _params(positions[:1], 0, batches=summaries and summaries[:1])
+            first = await handle_confirm(broker, params)
         assert first["parts"][0][:2] == [ErrorCode.none, 0]
         assert second[0]["parts"][0][:2] == [ErrorCode.none, 3]
         # A retried confirm of the same batch is a duplicate with the original offset.
-        dup = await handle_confirm(broker, _params(positions[:1], 2))
+        dup = await handle_confirm(
+            broker, _params(positions[:1], 2, batches=summaries and summaries[:1])
+        )
         assert dup["parts"][0][:2] == [ErrorCode.none, 0]
         assert broker.store.partition("t", 0).high_watermark == 5  # type: ignore[union-attr]
+        # Version 1 reads each payload back before deciding; version 2 decides on the summary.
+        assert counter.reads == (3 if version == 1 else 0)
+        if version == 2:
+            # The bytes come into the main's cache afterwards, off the produce path.
+            plog = broker.store.partition("t", 0)
+            assert plog is not None
+            await _until(
+                lambda: all(e.data is not None for e in plog.entries), "linked bytes never read"
+            )
+            assert broker.store.linked_payloads.read == 2
         # The main's own WAL holds LINK records, not the payload.
         records = list(broker.store.reader.iter_records())
         assert [r.type for r in records].count(RecordType.LINK) == 2

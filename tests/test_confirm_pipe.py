@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import pytest
@@ -13,9 +13,15 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from internal_rpc import RpcError, RpcTimeout, RpcUnavailable
-from proxy_broker.confirm_pipe import SESSION_IDLE_RESET_S, ConfirmPipe, ConfirmRequest
-from shared_wal import WalPosition
+from internal_rpc import RpcError, RpcRemoteError, RpcTimeout, RpcUnavailable
+from internal_rpc.messages import BatchSummary
+from proxy_broker.confirm_pipe import (
+    SESSION_IDLE_RESET_S,
+    ConfirmPipe,
+    ConfirmRequest,
+    PreparedPart,
+)
+from shared_wal import AppendTicket, WalError, WalPosition
 
 _positions = itertools.count(1000, 100)
 
@@ -90,19 +96,63 @@ class ScriptedMain:
         return self.calls
 
 
+SUMMARY = BatchSummary(0, 1, 1764201600000, 1764201600000, -1, -1, -1)
+
+
+class PreparedTicket:
+    """A PREPARED record's WAL ticket, made durable (or failed) by the test."""
+
+    def __init__(self, planned: WalPosition) -> None:
+        self.planned = planned
+        self.position: WalPosition | None = None
+        self.done = False
+        self._event = trio.Event()
+
+    def resolve(self) -> None:
+        self.position, self.done = self.planned, True
+        self._event.set()
+
+    def fail(self) -> None:
+        self.done = True
+        self._event.set()
+
+    async def wait(self) -> WalPosition:
+        await self._event.wait()
+        if self.position is None:
+            raise WalError("fsync failed")
+        return self.position
+
+
 def _request(parts: int = 1, *, prepared: bool = True, api_version: int = 9) -> ConfirmRequest:
-    request = ConfirmRequest(
-        api_version,
-        30000,
-        [("t", i, WalPosition("proxy-102", 0, next(_positions), 100)) for i in range(parts)],
-    )
-    if prepared:
-        request.prepared.set()
-    return request
+    rows = []
+    for i in range(parts):
+        position = WalPosition("proxy-102", 0, next(_positions), 100)
+        if prepared:
+            rows.append(PreparedPart("t", i, SUMMARY, position=position))
+        else:
+            ticket = cast(AppendTicket, PreparedTicket(position))
+            rows.append(PreparedPart("t", i, SUMMARY, ticket=ticket, payload=memoryview(b"x")))
+    return ConfirmRequest(api_version, 30000, rows)
+
+
+def _tickets(request: ConfirmRequest) -> list[PreparedTicket]:
+    return [cast(PreparedTicket, p.ticket) for p in request.parts if p.ticket is not None]
+
+
+def _make_durable(request: ConfirmRequest) -> None:
+    for ticket in _tickets(request):
+        ticket.resolve()
 
 
 def _positions_of(request: ConfirmRequest) -> list[int]:
-    return [pos.position for _, _, pos in request.parts if pos is not None]
+    out = []
+    for part in request.parts:
+        position = part.position
+        if position is None and part.ticket is not None:
+            position = cast(PreparedTicket, part.ticket).planned
+        assert position is not None
+        out.append(position.position)
+    return out
 
 
 async def _done(*requests: ConfirmRequest) -> None:
@@ -295,13 +345,15 @@ async def test_requests_are_sent_in_queue_order_once_prepared(
     piped: tuple[ConfirmPipe, ScriptedMain],
 ) -> None:
     pipe, main = piped
+    remembered: list[WalPosition] = []
+    pipe.on_prepared = lambda position, payload: remembered.append(position)
     head = _request(prepared=False)
     ready = _request()
     pipe.submit(head)
     pipe.submit(ready)
     assert await main.settled_calls() == []  # a prepared request never overtakes the head
 
-    head.prepared.set()
+    _make_durable(head)
     calls = await main.wait_calls(1)
     assert calls[0].positions == _positions_of(head) + _positions_of(ready)
 
@@ -311,7 +363,7 @@ async def test_requests_are_sent_in_queue_order_once_prepared(
         pipe.submit(request)
     calls = await main.settled_calls()
     assert len(calls) == 2 and calls[1].positions == _positions_of(a)
-    b.prepared.set()
+    _make_durable(b)
     calls = await main.wait_calls(3)
     assert calls[2].positions == _positions_of(b) + _positions_of(c)
     assert [call.seq for call in calls] == [0, 1, 2]
@@ -323,8 +375,8 @@ async def test_requests_are_sent_in_queue_order_once_prepared(
     broken, d = _request(prepared=False), _request()
     pipe.submit(broken)
     pipe.submit(d)
-    broken.fail(ErrorCode.kafka_storage_error, "the proxy's WAL write failed")
-    broken.prepared.set()
+    for ticket in _tickets(broken):
+        ticket.fail()
     calls = await main.wait_calls(4)
     assert calls[3].positions == _positions_of(d)
     calls[3].answer()
@@ -332,6 +384,8 @@ async def test_requests_are_sent_in_queue_order_once_prepared(
     for request in (head, ready, a, b, c, d):
         _assert_own_rows(request)
     assert broken.results[0].error_code == ErrorCode.kafka_storage_error
+    # The proxy keeps the bytes of each durable PREPARED record, in WAL order.
+    assert [p.position for p in remembered] == _positions_of(head) + _positions_of(b)
 
 
 async def test_api_versions_are_not_mixed_in_one_call(
@@ -359,10 +413,13 @@ async def test_api_versions_are_not_mixed_in_one_call(
 async def test_one_partition_confirm_stays_small(piped: tuple[ConfirmPipe, ScriptedMain]) -> None:
     pipe, main = piped
     # A realistic worst case: a long topic name, a segment far into the log, a 1 MiB batch.
+    # Its batch at the limits: every attribute bit, 2**31-1 records, timestamps and a producer
+    # id at 2**62, the highest epoch and sequence.
+    summary = BatchSummary(0x7F, 2**31 - 1, 2**62, 2**62, 2**62, 2**15 - 1, 2**31 - 1)
+    position = WalPosition("proxy-102", 2**40, 2**26, 2**20)
     request = ConfirmRequest(
-        9, 30000, [("orders.eu-west-1.v2", 11, WalPosition("proxy-102", 2**40, 2**26, 2**20))]
+        9, 30000, [PreparedPart("orders.eu-west-1.v2", 11, summary, position=position)]
     )
-    request.prepared.set()
     pipe._next_seq = 2**31  # a long-lived session
     pipe.submit(request)
     call = (await main.wait_calls(1))[0]
@@ -377,3 +434,26 @@ async def test_one_partition_confirm_stays_small(piped: tuple[ConfirmPipe, Scrip
 def test_the_limit_must_allow_a_call() -> None:
     with pytest.raises(ValueError):
         ConfirmPipe(ScriptedMain(), main_id=1, timeout_s=1.0, max_in_flight=0)
+
+
+async def test_a_main_of_the_previous_release_gets_version_1_confirms(
+    piped: tuple[ConfirmPipe, ScriptedMain],
+) -> None:
+    """A rolling upgrade: a main that knows only version 1 refuses a version 2 confirm before
+    it decodes any part; the pipe answers those partitions with a retriable error and sends
+    version 1 confirms (no batch summaries) to that main from then on."""
+    pipe, main = piped
+    first = _request()
+    pipe.submit(first)
+    call = (await main.wait_calls(1))[0]
+    assert call.params["mv"] == 2 and len(call.params["parts"][0]) == 7
+    call.fail(RpcRemoteError("UnsupportedMessageVersion", "confirm version 2; this node knows 1"))
+    await _done(first)
+    assert first.results[0].error_code == ErrorCode.not_leader_or_follower
+    retry = _request()
+    pipe.submit(retry)
+    call = (await main.wait_calls(2))[1]
+    assert call.params["mv"] == 1 and len(call.params["parts"][0]) == 6
+    call.answer()
+    await _done(retry)
+    _assert_own_rows(retry)

@@ -11,7 +11,8 @@ import msgpack
 import trio
 import trio.testing
 
-from kafka_wire.record_batch import build_batch, decode_records_for_tools, validate_produce_records
+from kafka_wire.record_batch import build_batch, decode_records_for_tools
+from main_broker.appender import Appended, Appender
 from main_broker.log_store import LogStore
 from main_broker.producer_state import Verdict
 from shared_wal import (
@@ -51,7 +52,7 @@ async def _produce(
     buf = memoryview(
         bytearray(
             build_batch(
-                [(None, v) for v in values],
+                [(b"k%d" % i, v) for i, v in enumerate(values)],
                 timestamp_ms=now,
                 producer_id=pid,
                 producer_epoch=0 if pid >= 0 else -1,
@@ -59,22 +60,21 @@ async def _produce(
             )
         )
     )
-    plog = store.partition(topic, partition)
-    assert plog is not None
-    info = validate_produce_records(
-        buf,
+    appender = Appender(store.partition, lambda plog: True, lambda: None, lambda: False)
+    decision = appender.decide(
+        topic,
+        partition,
+        acks=-1,
+        records_size=len(buf),
         now_ms=now,
-        log_append_time=False,
-        timestamp_before_max_ms=2**62,
-        timestamp_after_max_ms=2**62,
-        max_message_bytes=1 << 20,
+        api_version=9,
+        records=memoryview(buf),
     )
-    assert plog.check_producer(info).verdict is Verdict.APPEND
-    entry = plog.append(buf, info, now)
-    producer = (pid, 0, seq, info.last_sequence, now) if pid >= 0 else None
-    position = await store.submit_batch(plog, entry, producer).wait()
-    store.on_durable(plog, entry, position)
-    return entry.base_offset
+    assert isinstance(decision, Appended), decision
+    # The writer applies durability itself (the ticket's on_durable) before waking us.
+    position = await store.submit_intent(decision.intent).wait()
+    assert decision.intent.entry.position == position
+    return decision.base_offset
 
 
 async def _values(store: LogStore, topic: str, partition: int) -> list[bytes]:

@@ -10,6 +10,7 @@ import msgpack
 import pytest
 
 from internal_rpc.messages import (
+    BatchSummary,
     ConfirmParams,
     ConfirmPart,
     ConfirmResult,
@@ -21,6 +22,7 @@ from internal_rpc.messages import (
     UnsupportedMessageVersion,
 )
 from kafka_wire.hot_codecs import ProducePartitionResult
+from kafka_wire.record_batch import build_batch, parse_batch_header
 
 PARAMS = ConfirmParams(
     produce_version=9,
@@ -48,6 +50,52 @@ PARAMS_GOLDEN = (
     "ce00400000"
     "ce0001e240"
     "ce00010000"  # segment, position, length
+)
+# Version 2: each part carries its batch's header summary.
+PARAMS_V2 = ConfirmParams(
+    produce_version=9,
+    timeout_ms=30000,
+    parts=(
+        ConfirmPart(
+            "orders",
+            3,
+            "proxy-102",
+            4194304,
+            123456,
+            65536,
+            BatchSummary(0, 10, 1764201600000, 1764201600009, 4001, 0, 120),
+        ),
+    ),
+    session="0a1b2c3d4e5f",
+    seq=5,
+)
+PARAMS_V2_GOLDEN = (
+    "86"  # fixmap(6)
+    "a26d76"
+    "02"  # "mv": 2
+    "a473657373"
+    "ac306131623263336434653566"  # "sess": "0a1b2c3d4e5f"
+    "a3736571"
+    "05"  # "seq": 5
+    "a3746d6f"
+    "cd7530"  # "tmo": 30000
+    "a176"
+    "09"  # "v": 9
+    "a570617274739197"  # "parts": [[7 elements]]
+    "a66f7264657273"
+    "03"
+    "a970726f78792d313032"  # "orders", 3, "proxy-102"
+    "ce00400000"
+    "ce0001e240"
+    "ce00010000"  # segment, position, length
+    "97"  # batch: [attributes, record count, first and max timestamp, pid, epoch, sequence]
+    "00"
+    "0a"
+    "cf0000019ac29c1400"
+    "cf0000019ac29c1409"
+    "cd0fa1"
+    "00"
+    "78"
 )
 RESULT = ConfirmResult(
     (
@@ -93,6 +141,42 @@ def test_confirm_params_golden() -> None:
     assert len(bytes.fromhex(PARAMS_GOLDEN)) <= 100
 
 
+def test_confirm_params_v2_golden() -> None:
+    assert _packed(PARAMS_V2.to_wire()) == PARAMS_V2_GOLDEN
+    assert ConfirmParams.from_wire(_unpacked(PARAMS_V2_GOLDEN)) == PARAMS_V2
+    assert len(bytes.fromhex(PARAMS_V2_GOLDEN)) <= 200
+
+
+def test_a_batch_summary_stands_for_its_header() -> None:
+    """The main sees the header it would have parsed itself, offsets unassigned."""
+    buf = build_batch(
+        [(b"k", b"v")] * 3, timestamp_ms=1764201600000, producer_id=7, base_sequence=4
+    )
+    info = parse_batch_header(buf)
+    summary = BatchSummary.of(info)
+    seen = summary.batch_info(len(buf))
+    for name in (
+        "size",
+        "attributes",
+        "last_offset_delta",
+        "base_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "record_count",
+        "last_sequence",
+    ):
+        assert getattr(seen, name) == getattr(info, name), name
+
+
+def test_a_confirm_mixing_versions_of_parts_is_refused() -> None:
+    part = PARAMS_V2.parts[0]
+    bare = ConfirmPart("orders", 4, "proxy-102", 0, 0, 10)
+    with pytest.raises(MalformedMessage, match="every part"):
+        ConfirmParams(9, 100, (part, bare)).to_wire()
+
+
 def test_confirm_result_golden() -> None:
     assert _packed(RESULT.to_wire()) == RESULT_GOLDEN
     assert ConfirmResult.from_wire(_unpacked(RESULT_GOLDEN), expected_parts=2) == RESULT
@@ -125,8 +209,14 @@ def test_the_previous_release_shapes_are_still_read() -> None:
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"mv": 2}, "version 2"),
+        ({"mv": 3}, "version 3"),
         ({"mv": "1"}, r"confirm\.mv must be an integer"),
+        ({"mv": 2}, r"confirm\.parts\[0\] must have 7"),
+        ({"mv": 2, "parts": [["t", 0, "w", 0, 0, 1, [0, 1, 2, 3, 4, 5]]]}, r"\.batch must have 7"),
+        (
+            {"mv": 2, "parts": [["t", 0, "w", 0, 0, 1, [0, 1, 2, 3.5, 4, 5, 6]]]},
+            r"confirm\.parts\[0\]\.batch\.max_ts",
+        ),
         ({"parts": None}, r"confirm\.parts must be an array"),
         ({"parts": [["t", 0, "w", 0, 0]]}, r"confirm\.parts\[0\] must have 6"),
         ({"parts": [["t", True, "w", 0, 0, 1]]}, r"confirm\.parts\[0\]\.partition"),
