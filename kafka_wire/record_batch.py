@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
@@ -185,6 +185,17 @@ def iter_batches(buf: Buffer) -> Iterator[BatchInfo]:
         position += batch.size
 
 
+class ProduceLimits(NamedTuple):
+    """What a topic allows a produced batch, as of `now_ms`."""
+
+    now_ms: int
+    log_append_time: bool
+    timestamp_before_max_ms: int
+    timestamp_after_max_ms: int
+    max_message_bytes: int
+    api_version: int | None = None  # rejects zstd below Produce v7 when given
+
+
 def validate_produce_records(
     buf: Buffer,
     *,
@@ -195,11 +206,24 @@ def validate_produce_records(
     max_message_bytes: int,
     api_version: int | None = None,
 ) -> BatchInfo:
+    """`validate_batch` with the limits as keywords."""
+    limits = ProduceLimits(
+        now_ms,
+        log_append_time,
+        timestamp_before_max_ms,
+        timestamp_after_max_ms,
+        max_message_bytes,
+        api_version,
+    )
+    return validate_batch(buf, limits)
+
+
+def validate_batch(buf: Buffer, limits: ProduceLimits) -> BatchInfo:
     """Validate the records of ONE partition of a Produce request (exactly one v2 batch).
 
     Checks framing, magic, size, CRC, count/offset consistency, control bit, producer fields
-    and (for CreateTime topics) the base and max timestamps. Raises InvalidBatch with the
-    error code Kafka answers with. ``api_version`` (if given) rejects zstd below Produce v7.
+    and (for CreateTime topics) the base and max timestamps, in Kafka's order (the size before
+    the CRC). Raises InvalidBatch with the error code Kafka answers with.
     """
     total = len(buf)
     if total < LOG_OVERHEAD:
@@ -234,11 +258,7 @@ def validate_produce_records(
                 f"record batch magic {magic}: only magic 2 is accepted",
             )
         raise InvalidBatch(ErrorCode.corrupt_message, f"invalid record batch magic {magic}")
-    if size > max_message_bytes:
-        raise InvalidBatch(
-            ErrorCode.message_too_large,
-            f"record batch of {size} bytes exceeds max.message.bytes {max_message_bytes}",
-        )
+    _check_size(size, limits.max_message_bytes)
     batch = parse_batch_header(buf, 0)
     actual_crc = crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:size])
     if actual_crc != batch.crc:
@@ -246,34 +266,30 @@ def validate_produce_records(
             ErrorCode.corrupt_message,
             f"record batch CRC mismatch: header {batch.crc:#010x}, computed {actual_crc:#010x}",
         )
-    _check_semantics(batch, api_version)
-    if not log_append_time:
-        _check_timestamps(batch, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
+    check_batch_limits(batch, limits)
     return batch
 
 
-def check_batch_limits(
-    batch: BatchInfo,
-    *,
-    now_ms: int,
-    log_append_time: bool,
-    timestamp_before_max_ms: int,
-    timestamp_after_max_ms: int,
-    max_message_bytes: int,
-    api_version: int | None = None,
-) -> None:
-    """The checks of `validate_produce_records` that need only the batch header, for a batch
-    whose framing and CRC someone else checked (a zone proxy, which holds the bytes): size
-    against the topic's limit, header semantics, and CreateTime timestamps. Raises
-    InvalidBatch as the full validation would."""
-    if batch.size > max_message_bytes:
+def check_batch_limits(batch: BatchInfo, limits: ProduceLimits) -> BatchInfo:
+    """The checks of `validate_batch` that need only the batch header, for a batch whose
+    framing and CRC someone else checked (a zone proxy, which holds the bytes): size against
+    the topic's limit, header semantics, and CreateTime timestamps. Raises InvalidBatch as
+    the full validation would; returns the batch."""
+    _check_size(batch.size, limits.max_message_bytes)
+    _check_semantics(batch, limits.api_version)
+    if not limits.log_append_time:
+        _check_timestamps(
+            batch, limits.now_ms, limits.timestamp_before_max_ms, limits.timestamp_after_max_ms
+        )
+    return batch
+
+
+def _check_size(size: int, max_message_bytes: int) -> None:
+    if size > max_message_bytes:
         raise InvalidBatch(
             ErrorCode.message_too_large,
-            f"record batch of {batch.size} bytes exceeds max.message.bytes {max_message_bytes}",
+            f"record batch of {size} bytes exceeds max.message.bytes {max_message_bytes}",
         )
-    _check_semantics(batch, api_version)
-    if not log_append_time:
-        _check_timestamps(batch, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
 
 
 def _check_timestamps(batch: BatchInfo, now_ms: int, before_ms: int, after_ms: int) -> None:

@@ -29,9 +29,10 @@ from kafka_wire.produce_admission import Refusal, produce_admission
 from kafka_wire.record_batch import (
     BatchInfo,
     InvalidBatch,
+    ProduceLimits,
     check_batch_limits,
     null_key_indexes,
-    validate_produce_records,
+    validate_batch,
 )
 from main_broker.partition_log import BatchEntry, PartitionLog
 from main_broker.producer_state import Verdict
@@ -147,58 +148,43 @@ class Appender:
         prepared: WalPosition | None = None,
     ) -> Decision:
         """Admit, then decide: what a direct produce (`records`) and a confirm (`batch`,
-        `prepared`) do for each partition."""
+        `prepared`) do for each partition. The decision's effects on the partition (offsets,
+        producer state) are made; its WAL intent is for the caller to submit."""
         admitted = self.admit(
             topic, partition, acks=acks, records_size=records_size, confirmed=prepared is not None
         )
         if isinstance(admitted, Refusal):
             return admitted
-        return self.append(
-            admitted,
-            now_ms=now_ms,
-            api_version=api_version,
-            records=records,
-            batch=batch,
-            prepared=prepared,
-        )
+        return self._decide(admitted, now_ms, api_version, records, batch, prepared)
 
-    def append(
+    def _decide(
         self,
         plog: PartitionLog,
-        *,
         now_ms: int,
         api_version: int,
-        records: memoryview | None = None,
-        batch: BatchInfo | None = None,
-        prepared: WalPosition | None = None,
+        records: memoryview | None,
+        batch: BatchInfo | None,
+        prepared: WalPosition | None,
     ) -> Decision:
-        """Decide one batch. Give `records` (writable: offsets are patched in place) to have
-        them validated whole; a confirm gives the proxy-checked header `batch` and the
-        PREPARED record's position instead, and `records` only for a compacted topic."""
+        """Decide one batch of an admitted partition. `records` (writable: offsets are patched
+        in place) are validated whole; a confirm gives the proxy-checked header `batch` and
+        the PREPARED record's position instead, and `records` only for a compacted topic."""
         cfg = plog.config
+        limits = ProduceLimits(
+            now_ms,
+            cfg.log_append_time,
+            cfg.timestamp_before_max_ms,
+            cfg.timestamp_after_max_ms,
+            cfg.max_message_bytes,
+            api_version,
+        )
         try:
-            if batch is None:
-                if records is None:
-                    raise ValueError("append needs the records or their batch header")
-                batch = validate_produce_records(
-                    records,
-                    now_ms=now_ms,
-                    log_append_time=cfg.log_append_time,
-                    timestamp_before_max_ms=cfg.timestamp_before_max_ms,
-                    timestamp_after_max_ms=cfg.timestamp_after_max_ms,
-                    max_message_bytes=cfg.max_message_bytes,
-                    api_version=api_version,
-                )
+            if batch is not None:
+                check_batch_limits(batch, limits)
+            elif records is not None:
+                batch = validate_batch(records, limits)
             else:
-                check_batch_limits(
-                    batch,
-                    now_ms=now_ms,
-                    log_append_time=cfg.log_append_time,
-                    timestamp_before_max_ms=cfg.timestamp_before_max_ms,
-                    timestamp_after_max_ms=cfg.timestamp_after_max_ms,
-                    max_message_bytes=cfg.max_message_bytes,
-                    api_version=api_version,
-                )
+                raise ValueError("append needs the records or their batch header")
         except InvalidBatch as exc:
             log.info(
                 "rejected batch for %s-%d: %s",
