@@ -252,4 +252,3 @@ def test_sequence_and_epoch_rules(ops: list[Batch], confirmed: bool) -> None:
             assert decision.error_code == ErrorCode.out_of_order_sequence_number
             assert now_epoch is not None  # a producer without state is never out of order
     assert plog.next_offset == sum(a[2] - a[1] + 1 for a in appended)
-
