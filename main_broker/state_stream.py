@@ -2,11 +2,12 @@
 
 A subscriber first gets one full snapshot, then one frame per coalesced delta. An idle stream
 sends a change at once; a busy one at most one frame per DELTA_INTERVAL_S, carrying whatever
-changed meanwhile (or while the previous frame was being sent). A full frame has every key
-below; a delta has only "wal_end", whichever of "topics", "deleted", "parts" and "objects"
-is not empty, and "links" when it changed. Frames (msgpack):
+changed meanwhile (or while the previous frame was being sent). Each frame is a typed
+`internal_rpc.state_frames.StateFrame` (rows: `TopicRow`, `PartitionRow`, `ObjectStreamRow`),
+sent as its `to_wire()` map; the layout, its version (`mv`) and a golden example are in
+docs/formats.md, "State stream". In short (msgpack):
 
-    {"full": bool, "node": main node id, "writer": WAL writer id, "wal_end": int,
+    {"mv": 1, "full": true, "node": main node id, "writer": WAL writer id, "wal_end": int,
      "topics": {name: [topic_id (16 bytes), partition count, {explicit configs},
                        [leader main node id per partition]]},                       # changed/new
      "deleted": [name, ...],
@@ -17,6 +18,9 @@ is not empty, and "links" when it changed. Frames (msgpack):
                   [object key, ...],                                                  # removed
                   log start (-1: stream gone)], ...],
      "links": {proxy WAL writer id: lowest PREPARED offset still linked, ...}}     # all, if changed
+
+A delta has only "mv", "wal_end", whichever of "topics", "deleted", "parts" and "objects" is not
+empty, and "links" when it changed.
 
 "links" is the links floor (main_broker/links_floor.py): per proxy writer, the logical WAL
 offset (segment + position) of the lowest PREPARED record a LINK of this main points to that no
@@ -43,8 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from internal_rpc.state_frames import ObjectStreamRow, PartitionRow, StateFrame, TopicRow
 from main_broker.partition_log import PartitionLog
-from s3_commit.manifest_delta import manifest_delta_rows, manifest_rows
+from s3_commit.manifest_delta import ManifestRow, manifest_delta_rows, manifest_rows
 
 if TYPE_CHECKING:
     from main_broker.log_store import LogStore
@@ -93,17 +98,25 @@ class StateWatcher:
         self.sent = trio.Event()
 
 
-def partition_row(plog: PartitionLog) -> list[Any]:
-    # No transactions yet: the last stable offset is the high watermark.
-    return [
-        plog.topic,
-        plog.partition,
-        plog.leader_epoch,
-        plog.high_watermark,
-        plog.high_watermark,
-        plog.log_start_offset,
-        plog.next_offset,
-    ]
+def partition_row(plog: PartitionLog) -> PartitionRow:
+    # No transactions yet: the last stable offset is the high watermark. (tuple.__new__: a
+    # NamedTuple's own __new__ is a Python call, and a delta has a row per moved partition.)
+    hw = plog.high_watermark
+    return _new_row(
+        PartitionRow,
+        (
+            plog.topic,
+            plog.partition,
+            plog.leader_epoch,
+            hw,
+            hw,
+            plog.log_start_offset,
+            plog.next_offset,
+        ),
+    )
+
+
+_new_row = tuple.__new__
 
 
 def _frame(
@@ -112,43 +125,41 @@ def _frame(
     full: bool,
     topics: set[str],
     partitions: set[PartitionLog] | list[PartitionLog],
-    objects: list[list[Any]],
+    objects: list[ManifestRow],
     links: bool,
-) -> dict[str, Any]:
+) -> StateFrame:
     live = {n: store.topics[n] for n in topics if n in store.topics}
-    frame: dict[str, Any] = {
-        "full": full,
-        "node": node_id,
-        "writer": store.wal_writer_id,
-        "wal_end": store.wal.end_offset,
-        "topics": {
-            n: [
+    topic_rows = tuple(
+        [
+            TopicRow(
+                n,
                 t.topic_id,
                 len(t.partitions),
                 t.configs,
-                [node_id if p.leader_id is None else p.leader_id for p in t.partitions],
-            ]
+                tuple(node_id if p.leader_id is None else p.leader_id for p in t.partitions),
+            )
             for n, t in live.items()
-        },
-        "deleted": sorted(topics - set(live)),
-        # Partitions of a topic deleted meanwhile are no longer served.
-        "parts": [
+        ]
+    )
+    # Partitions of a topic deleted meanwhile are no longer served.
+    parts = tuple(
+        [
             partition_row(p)
             for p in partitions
             if p.topic in store.topics and store.topics[p.topic].partitions[p.partition] is p
-        ],
-        "objects": objects,
-    }
-    if full or links:
-        frame["links"] = dict(store.links_floor)
-    if not full:
-        # Deltas cross zones on every group commit: send only what a subscriber lacks.
-        for key in ("full", "node", "writer"):
-            del frame[key]
-        for key in ("topics", "deleted", "parts", "objects"):
-            if not frame[key]:
-                del frame[key]
-    return frame
+        ]
+    )
+    return StateFrame(
+        wal_end=store.wal.end_offset,
+        full=full,
+        node=node_id if full else None,
+        writer=store.wal_writer_id if full else None,
+        topics=topic_rows,
+        deleted=tuple(sorted(topics - set(live))) if topics else (),
+        parts=parts,
+        objects=tuple([ObjectStreamRow.of(row) for row in objects]) if objects else (),
+        links=dict(store.links_floor) if full or links else None,
+    )
 
 
 async def publish_state(
@@ -163,7 +174,7 @@ async def publish_state(
         frame = _frame(
             store, node_id, True, set(store.topics), everything, manifest_rows(manifest), True
         )
-        await send(frame)
+        await send(frame.to_wire())
         watcher.frame_sent(manifest)
         last_wal_end = store.wal.end_offset
         last_sent = float("-inf")
@@ -173,7 +184,7 @@ async def publish_state(
             watcher.changed = trio.Event()
             topics, partitions = watcher.topics, watcher.partitions
             watcher.topics, watcher.partitions = set(), set()
-            objects: list[list[Any]] = []
+            objects: list[ManifestRow] = []
             if watcher.objects:
                 watcher.objects = False
                 objects = manifest_delta_rows(manifest, store.manifest)
@@ -189,9 +200,9 @@ async def publish_state(
                 watcher.frame_sent(manifest)
                 continue
             frame = _frame(store, node_id, False, topics, partitions, objects, links)
-            last_wal_end = frame["wal_end"]
+            last_wal_end = frame.wal_end
             last_sent = trio.current_time()
-            await send(frame)
+            await send(frame.to_wire())
             watcher.frame_sent(manifest)
     finally:
         store.unwatch(watcher)

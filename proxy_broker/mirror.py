@@ -17,12 +17,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcClient, RpcError
+from internal_rpc.messages import MalformedMessage
+from internal_rpc.state_frames import ObjectStreamRow, PartitionRow, StateFrame
 from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
 from proxy_broker.config import MainEndpoint
 from proxy_broker.object_reads import ObjectSpan, ProxyObjects
@@ -72,10 +73,14 @@ class MirrorPartition:
         self.objects: StreamManifest | None = None
         self.stream_id = 0
 
-    def apply(self, row: Sequence[Any]) -> None:
-        _, _, epoch, hw, lso, log_start, leo = row
-        self.leader_epoch, self.high_watermark, self.last_stable_offset = epoch, hw, lso
-        self.log_start_offset, self.next_offset = log_start, leo
+    def apply(self, row: PartitionRow) -> None:
+        if type(row) is not PartitionRow:
+            row = PartitionRow(*row)  # a plain 7-element row (tests build them by hand)
+        self.leader_epoch = row.leader_epoch
+        self.high_watermark = row.high_watermark
+        self.last_stable_offset = row.last_stable_offset
+        self.log_start_offset = row.log_start_offset
+        self.next_offset = row.log_end_offset
 
     def take_over(self, start: int) -> None:
         """The main took the partition over from another main (a `takeover` record in its
@@ -222,57 +227,74 @@ class MainMirror:
         while True:
             try:
                 async with self.rpc.subscribe("state", {}) as frames:
-                    async for frame in frames:
-                        self.apply_frame(frame)
+                    async for msg in frames:
+                        self.apply_frame(msg)
                         self.connected = True
                         backoff = RESUBSCRIBE_BACKOFF_S[0]
             except RpcError as exc:
                 if self.connected:
                     log.warning("state stream of main %d lost: %s", self.main.node_id, exc)
+            except MalformedMessage as exc:
+                # Refused whole, before any of it applied: the mirror stays as the previous
+                # frame left it, and a new subscription starts from a full frame.
+                log.error(
+                    "main %d sent a malformed state frame (%s); resubscribing",
+                    self.main.node_id,
+                    exc,
+                )
             except ManifestMirrorError as exc:
                 log.error("%s; resubscribing", exc)
             self.connected = False  # `links` stays: the floor it last reported still holds
             await trio.sleep(backoff)
             backoff = min(backoff * 2, RESUBSCRIBE_BACKOFF_S[1])
 
-    def apply_frame(self, frame: dict[str, Any]) -> None:
-        full = frame.get("full", False)
+    def apply_frame(self, msg: object) -> None:
+        """One push of the state stream as it came off the wire. It is decoded strictly first
+        (`MalformedMessage` naming the field at fault), so a bad frame changes nothing."""
+        self.apply_state(StateFrame.from_wire(msg))
+
+    def apply_state(self, frame: StateFrame) -> None:
+        full = frame.full
         if full:
-            self.writer = frame["writer"]
-            self.links = frame.get("links")  # a main that sends none blocks the trim
-            for name in set(self.topics) - set(frame["topics"]):
+            self.writer = frame.writer
+            self.links = frame.links  # a main that sends none blocks the trim
+            live = {row.name for row in frame.topics}
+            for name in set(self.topics) - live:
                 del self.topics[name]
-        elif "links" in frame:
-            self.links = frame["links"]
-        for name in frame.get("deleted", ()):
+        elif frame.links is not None:
+            self.links = frame.links
+        for name in frame.deleted:
             self.topics.pop(name, None)
-        for name, (topic_id, count, configs, *rest) in frame.get("topics", {}).items():
+        for row in frame.topics:
+            name, count = row.name, row.partition_count
             topic = self.topics.get(name)
-            if topic is None or topic.topic_id != topic_id:
-                topic = self.topics[name] = MirrorTopic(name, topic_id, configs)
-            topic.configs = configs
-            topic.leaders = list(rest[0]) if rest else [self.main.node_id] * count
+            if topic is None or topic.topic_id != row.topic_id:
+                topic = self.topics[name] = MirrorTopic(name, row.topic_id, row.configs)
+            topic.configs = row.configs
+            topic.leaders = (
+                list(row.leaders) if row.leaders is not None else [self.main.node_id] * count
+            )
             while len(topic.partitions) < count:
                 topic.partitions.append(
                     MirrorPartition(name, len(topic.partitions), self.main.node_id, self.note_read)
                 )
-        for row in frame.get("parts", ()):
-            topic = self.topics.get(row[0])
-            if topic is not None and row[1] < len(topic.partitions):
-                topic.partitions[row[1]].apply(row)
-        if "objects" in frame or "topics" in frame:
-            self._apply_objects(frame.get("objects", ()), full)
-        if frame["wal_end"] != self.wal_end:
-            self.wal_end = frame["wal_end"]
+        for part in frame.parts:
+            topic = self.topics.get(part.topic)
+            if topic is not None and part.partition < len(topic.partitions):
+                topic.partitions[part.partition].apply(part)
+        if full or frame.objects or frame.topics:
+            self._apply_objects(frame.objects, full)
+        if frame.wal_end != self.wal_end:
+            self.wal_end = frame.wal_end
             self._wal_moved.set()
         self.synced.set()
         self.on_change()
 
-    def _apply_objects(self, rows: Sequence[Any], full: bool) -> None:
+    def _apply_objects(self, rows: Sequence[ObjectStreamRow], full: bool) -> None:
         old = self.manifest
         base = Manifest(self.main.node_id) if full else old
         try:
-            self.manifest = apply_manifest_rows(base, rows)
+            self.manifest = apply_manifest_rows(base, [row.to_wire() for row in rows])
         except (ValueError, TypeError) as exc:
             # Later deltas would build on a manifest we could not follow: start over from a
             # new subscription's full frame (the current one stays valid meanwhile).

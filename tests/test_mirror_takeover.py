@@ -8,6 +8,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcClient
+from internal_rpc.state_frames import PartitionRow
 from kafka_wire.record_batch import build_batch
 from main_broker.reassignment import Move, Tail, takeover_header
 from proxy_broker.config import MainEndpoint
@@ -73,7 +74,7 @@ def test_a_takeover_record_restarts_the_mirrors_log_at_the_adopted_objects_end()
     takeover = takeover_header(Move("t", 0, 3, 1, 3), tail)
     mirror._apply_record(wal.record(RecordType.CONTROL, takeover, b""), {})
     mirror._apply_record(wal.data(50), {})
-    part.apply(["t", 0, 3, 60, 60, 0, 60])
+    part.apply(PartitionRow("t", 0, 3, 60, 60, 0, 60))
     part.link_objects(StreamManifest("t", (ObjectRange(0, 50, SSO, 5000),)), 42)
 
     for offset in (0, 10, 19, 20, 49):

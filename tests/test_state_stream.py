@@ -7,12 +7,24 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import msgpack
 import trio
 import trio.testing
 
+from internal_rpc.state_frames import StateFrame
 from main_broker.state_stream import DELTA_INTERVAL_S, StateWatcher, publish_state
 from s3_commit.manifest import Manifest, StreamKey, StreamShare, UploadedObject
 from s3_commit.manifest_delta import apply_manifest_rows
+
+
+def _wire(frame: dict[str, Any]) -> dict[str, Any]:
+    """The frame as a proxy receives it (msgpack, as the RPC frame carries it), checked as
+    the proxy checks it."""
+    msg: dict[str, Any] = msgpack.unpackb(
+        msgpack.packb(frame, use_bin_type=True), raw=False, strict_map_key=True
+    )
+    StateFrame.from_wire(msg)
+    return msg
 
 
 class FakeStore:
@@ -60,7 +72,7 @@ async def test_idle_change_goes_out_at_once_and_busy_ones_are_paced(
     sent: list[tuple[float, dict[str, Any]]] = []
 
     async def send(frame: dict[str, Any]) -> None:
-        sent.append((trio.current_time(), frame))
+        sent.append((trio.current_time(), _wire(frame)))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(publish_state, store, 1, send)  # type: ignore[arg-type]
@@ -73,7 +85,7 @@ async def test_idle_change_goes_out_at_once_and_busy_ones_are_paced(
         changed_at = trio.current_time()
         await trio.testing.wait_all_tasks_blocked()
         assert len(sent) == 2
-        assert sent[1][0] == changed_at and sent[1][1] == {"wal_end": 100}
+        assert sent[1][0] == changed_at and sent[1][1] == {"mv": 1, "wal_end": 100}
 
         # Busy: a commit every millisecond for 50 ms.
         for _ in range(50):
@@ -100,7 +112,7 @@ async def test_links_floors_go_in_full_frames_and_in_deltas_only_when_they_chang
     sent: list[dict[str, Any]] = []
 
     async def send(frame: dict[str, Any]) -> None:
-        sent.append(frame)
+        sent.append(_wire(frame))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(publish_state, store, 1, send)  # type: ignore[arg-type]
@@ -110,18 +122,18 @@ async def test_links_floors_go_in_full_frames_and_in_deltas_only_when_they_chang
         mock_clock.jump(DELTA_INTERVAL_S)
         store.commit(100)  # no floor moved: the delta carries none
         await trio.testing.wait_all_tasks_blocked()
-        assert sent[1] == {"wal_end": 100}
+        assert sent[1] == {"mv": 1, "wal_end": 100}
 
         mock_clock.jump(DELTA_INTERVAL_S)
         store.set_links_floor({"proxy-101": 4096, "proxy-102": 0})
         await trio.testing.wait_all_tasks_blocked()
-        assert sent[2] == {"wal_end": 100, "links": {"proxy-101": 4096, "proxy-102": 0}}
+        assert sent[2] == {"mv": 1, "wal_end": 100, "links": {"proxy-101": 4096, "proxy-102": 0}}
 
         # Everything uploaded: an empty map still goes out (no writer needed any more).
         mock_clock.jump(DELTA_INTERVAL_S)
         store.set_links_floor({})
         await trio.testing.wait_all_tasks_blocked()
-        assert sent[3] == {"wal_end": 100, "links": {}}
+        assert sent[3] == {"mv": 1, "wal_end": 100, "links": {}}
         nursery.cancel_scope.cancel()
 
 
@@ -144,7 +156,7 @@ async def test_full_frame_carries_the_manifest_and_deltas_only_what_a_commit_cha
     sent: list[dict[str, Any]] = []
 
     async def send(frame: dict[str, Any]) -> None:
-        sent.append(frame)
+        sent.append(_wire(frame))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(publish_state, store, 1, send)  # type: ignore[arg-type]
@@ -164,6 +176,7 @@ async def test_full_frame_carries_the_manifest_and_deltas_only_what_a_commit_cha
         store.set_manifest(second)
         await trio.testing.wait_all_tasks_blocked()
         assert sent[1] == {
+            "mv": 1,
             "wal_end": 0,
             "objects": [[TOPIC_A, 0, [[100, 250, SSO_2, 5000, 1700, -1]], [], 0]],
         }
