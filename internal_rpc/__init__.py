@@ -3,7 +3,8 @@ stream, relay, control calls), on its own authenticated TCP port.
 
 `protocol` is the sans-I/O core (which message starts, completes or cancels which call),
 `frames` the framing (`length | crc32c | msgpack`), `auth` the HMAC handshake, `messages` the
-typed, versioned params and results of the methods (confirm, relay, meta_changed); `server`
+typed, versioned params and results of the methods (confirm, relay, meta_changed),
+`state_frames` the typed frames of the state stream a main publishes to each proxy; `server`
 and `client` are the trio shells around them, and `accounting` books their traffic by zone.
 The byte layouts are in docs/formats.md, "Internal RPC".
 """

@@ -12,6 +12,7 @@ Confirm (proxy -> the partition's main, method ``confirm``): `ConfirmParams` in,
 `ConfirmResult` out, one `PartitionOutcome` per `ConfirmPart`, in request order.
 Relay (proxy -> a main, method ``relay``): `RelayParams` in, `RelayResult` out.
 Metadata poke (main -> main, method ``meta_changed``): `MetaChanged` in, `MetaChanged` out.
+The state stream's frames (main -> each proxy) are in `internal_rpc.state_frames`.
 """
 
 from __future__ import annotations
