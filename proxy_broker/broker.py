@@ -87,6 +87,13 @@ class RequestContext:
 
 
 class ProxyBroker:
+    """One zone's proxy. It owns its own WAL writer (the PREPARED records of its clients'
+    produce), one RPC client and one confirm pipe per main, one mirror per main (that main's
+    partitions, WAL tail and committed objects, from its state stream), the recent PREPARED
+    payloads its mirrors serve from memory, the zone topology the router rewrites Metadata
+    with, and its traffic ledger. It holds no partition state of its own: every decision
+    about a partition (offsets, producer state, leadership) is its main's."""
+
     def __init__(self, config: ProxyConfig, registry: MetricsRegistry | None = None) -> None:
         self.config = config
         self.registry = registry or MetricsRegistry()
