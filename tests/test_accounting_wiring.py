@@ -201,8 +201,17 @@ async def test_no_payload_crosses_zones(fleet: Fleet) -> None:
     wal_out = sum(b for k, (b, _) in proxy.items() if k.channel == "wal-write")
     assert wal_out > payload  # ...went to the shared WAL (the regional pseudo-zone)...
     assert all(k.to_zone == "regional" for k in proxy if k.channel == "wal-write")
+    # ...and the main read it from there, not from the proxy: after its LINKs, off the produce
+    # path, so wait for its reads of the linked batches to have caught up.
+    main_store = fleet.main.store
+    plogs = [main_store.partition(topic, p) for p in range(2)]
+    linked = sum(len(plog.entries) for plog in plogs if plog is not None)
+    with trio.fail_after(10):
+        while main_store.linked_payloads.read < linked:
+            await trio.sleep(0.01)
+    main = fleet.main.traffic.node.accounting.totals()
     main_wal_in = sum(b for k, (b, _) in main.items() if k.channel == "wal-read")
-    assert main_wal_in > payload  # ...and the main read it from there, not from the proxy.
+    assert main_wal_in > payload
 
     # Relays that crossed zones carry only group and admin APIs.
     relayed = {k.api for k in proxy if k.channel == "relay" and k.cross_zone}
