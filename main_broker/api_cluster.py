@@ -23,21 +23,20 @@ def _uuid(raw: bytes) -> uuid.UUID:
 
 
 def _broker_entries(broker: MainBroker) -> list[dict[str, Any]]:
-    if broker.cluster is not None:
-        endpoints = [(m.node_id, m.host, m.port, m.zone) for m in broker.cluster.mains]
-    else:
-        host, port = broker.config.advertised
-        endpoints = [(broker.config.node_id, host, port, broker.config.zone)]
     return [
-        {"node_id": node, "broker_id": node, "host": host, "port": port, "rack": zone}
-        for node, host, port, zone in endpoints
+        {
+            "node_id": m.node_id,
+            "broker_id": m.node_id,
+            "host": m.host,
+            "port": m.port,
+            "rack": m.zone,
+        }
+        for m in broker.cluster.mains
     ]
 
 
 def _controller_id(broker: MainBroker) -> int:
-    if broker.cluster is not None:
-        return broker.cluster.main_ids[0]
-    return broker.config.node_id
+    return broker.cluster.main_ids[0]
 
 
 # Kafka's own topics. zonefleet keeps group offsets in its WAL and has no transactions or
@@ -85,9 +84,7 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
         getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
     )
     topics_out: list[dict[str, Any]] = []
-    if broker.cluster is not None and (
-        requested is None or any(getattr(t, "name", None) not in store.topics for t in requested)
-    ):
+    if requested is None or any(getattr(t, "name", None) not in store.topics for t in requested):
         await broker.cluster.refresh()  # a topic another main created moments ago
     if requested is None:
         names = sorted(store.topics)
@@ -203,10 +200,8 @@ async def find_coordinator(broker: MainBroker, ctx: RequestContext, req: Any) ->
                 }
             )
         else:
-            node_id, (host, port) = broker.config.node_id, broker.config.advertised
-            if broker.cluster is not None:
-                peer = broker.cluster.coordinator_for(key)
-                node_id, host, port = peer.node_id, peer.host, peer.port
+            peer = broker.cluster.coordinator_for(key)
+            node_id, host, port = peer.node_id, peer.host, peer.port
             coordinators.append(
                 {
                     "key": key,
@@ -230,7 +225,5 @@ async def init_producer_id(broker: MainBroker, ctx: RequestContext, req: Any) ->
             "producer_id": -1,
             "producer_epoch": -1,
         }
-    pid = await broker.store.allocate_producer_id()
-    if broker.cluster is not None:
-        pid = broker.cluster.producer_id(pid)
+    pid = broker.cluster.producer_id(await broker.store.allocate_producer_id())
     return {"error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": 0}

@@ -38,8 +38,7 @@ async def describe_topic_partitions(
     broker: MainBroker, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     store = broker.store
-    if broker.cluster is not None:
-        await broker.cluster.refresh()  # a topic another main created moments ago
+    await broker.cluster.refresh()  # a topic another main created moments ago
     names = sorted({t.name for t in req.topics}) if req.topics else sorted(store.topics)
     cursor = req.cursor
     if cursor is not None:

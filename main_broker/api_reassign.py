@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from main_broker.cluster_doc import ClusterDoc, TopicMeta
+from main_broker.cluster_doc import ClusterDoc
 from main_broker.reassignment import (
     MoveRefused,
     cancel_move,
@@ -29,16 +29,12 @@ if TYPE_CHECKING:
 PREFERRED, UNCLEAN = 0, 1
 
 
-def _mains(broker: MainBroker) -> list[int]:
-    return broker.cluster.main_ids if broker.cluster is not None else [broker.config.node_id]
-
-
 async def alter_partition_reassignments(
     broker: MainBroker, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     """One CAS of the document for the whole request; each partition's outcome is decided
     on the copy that CAS started from (and decided again when it has to retry)."""
-    mains = _mains(broker)
+    mains = broker.cluster.main_ids
     allow_rf_change = getattr(req, "allow_replication_factor_change", True)
     now_ms = int(time.time() * 1000)
     top: tuple[int, str | None] = (ErrorCode.none, None)
@@ -62,25 +58,15 @@ async def alter_partition_reassignments(
                     rows.append((exc.code, exc.message))
         return doc
 
-    if broker.cluster is None:
-        # A lone main: the only replica list that stands is the one naming it.
-        node = broker.config.node_id
-        topics = {
-            n: TopicMeta(t.topic_id, {}, (node,) * len(t.partitions), (0,) * len(t.partitions))
-            for n, t in broker.store.topics.items()
-        }
-        change(ClusterDoc(broker.config.cluster_id, 0, topics))
-    else:
-        try:
-            await broker.cluster.meta.update(change)
-        except (ObjectStoreError, OSError) as exc:
-            # Nothing was recorded: every entry gets the retriable error Kafka gives when its
-            # controller does not answer in time.
-            message = f"the cluster metadata store did not take the change: {exc}"
-            top = (ErrorCode.request_timed_out, message)
-            outcomes[:] = [[top] * len(topic.partitions) for topic in req.topics]
-        else:
-            broker.cluster.poke_peers()
+    try:
+        # A lone main decides on its own topics and records nothing (cluster_view.LoneMain).
+        await broker.cluster.change_document(change)
+    except (ObjectStoreError, OSError) as exc:
+        # Nothing was recorded: every entry gets the retriable error Kafka gives when its
+        # controller does not answer in time.
+        message = f"the cluster metadata store did not take the change: {exc}"
+        top = (ErrorCode.request_timed_out, message)
+        outcomes[:] = [[top] * len(topic.partitions) for topic in req.topics]
     return {
         "throttle_time": 0,
         "allow_replication_factor_change": allow_rf_change,
@@ -106,13 +92,12 @@ async def alter_partition_reassignments(
 async def list_partition_reassignments(
     broker: MainBroker, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
-    topics: list[dict[str, Any]] = []
-    if broker.cluster is not None:
-        await broker.cluster.refresh()
-        wanted = None
-        if req.topics is not None:
-            wanted = [(t.name, list(t.partition_indexes)) for t in req.topics]
-        topics = ongoing_listing(broker.cluster.meta.doc, wanted)
+    await broker.cluster.refresh()
+    wanted = None
+    if req.topics is not None:
+        wanted = [(t.name, list(t.partition_indexes)) for t in req.topics]
+    # A lone main's document has no move under way: it lists none.
+    topics = ongoing_listing(broker.cluster.document(), wanted)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

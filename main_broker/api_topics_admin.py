@@ -85,8 +85,7 @@ def assignment_error(assignments: list[list[int]], known: set[int]) -> str | Non
 
 def _known_nodes(broker: MainBroker) -> set[int]:
     """The node ids a client may name: the mains and, as clients see them, the zone proxies."""
-    mains = broker.cluster.main_ids if broker.cluster is not None else [broker.config.node_id]
-    return set(mains) | {p.node_id for p in broker.config.zone_proxies}
+    return set(broker.cluster.main_ids) | {p.node_id for p in broker.config.zone_proxies}
 
 
 def _uuid(raw: bytes) -> uuid.UUID:
@@ -280,8 +279,7 @@ def create_partitions_error(
 async def create_partitions(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
     results = []
     names = Counter(t.name for t in req.topics)
-    if broker.cluster is not None:
-        await broker.cluster.refresh()  # the count another main may just have raised
+    await broker.cluster.refresh()  # the count another main may just have raised
     for topic in req.topics:
         name = topic.name
         result: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}

@@ -44,8 +44,8 @@ from main_broker.accounting import MainTraffic
 from main_broker.api_produce import begin_produce
 from main_broker.api_reassign import REASSIGN_APIS, REASSIGN_HANDLERS
 from main_broker.appender import Appender
-from main_broker.cluster_doc import PartitionCountChanged, UnknownTopic
 from main_broker.cluster_role import ClusterRole, TopicExists
+from main_broker.cluster_view import ClusterView, LoneMain
 from main_broker.config import BrokerConfig
 from main_broker.confirm import ConfirmSequencer, handle_confirm
 from main_broker.consumer_coordinator import ConsumerCoordinator
@@ -171,7 +171,9 @@ class MainBroker:
         self._auto_create_lock = trio.Lock()
         self.confirms = ConfirmSequencer()
         self.rpc_port: int | None = None
-        self.cluster: ClusterRole | None = None
+        # The fleet as this main sees it (main_broker/cluster_view.py): set in `run`, a
+        # LoneMain once the store is open, or the ClusterRole once it has read the document.
+        self.cluster: ClusterView
         self._state_subscribers: Counter[int] = Counter()
         self._proxies_subscribed: set[int] = set()
         self._proxy_grace_until = -math.inf
@@ -199,6 +201,8 @@ class MainBroker:
             wal, WalReader(fs, cfg.wal_writer_id), cfg.wal_cache_bytes, cfg.topic_defaults
         )
         store_ref.append(store)
+        if cfg.metadata_url is None:
+            self.cluster = LoneMain(cfg, store)
         self.appender = Appender(
             store.partition, self.may_append, self.storage_failure, lambda: wal.full
         )
@@ -246,12 +250,15 @@ class MainBroker:
                 await nursery.start(wal.run)
                 nursery.start_soon(store.linked_payloads.run)
                 await nursery.start(self.traffic.run)
+                # Only a clustered main has background work of its own (the metadata poll,
+                # the controller lease, hand-offs, registration); a lone one has none.
+                role: ClusterRole | None = None
                 if cfg.metadata_url is not None:
-                    self.cluster = ClusterRole(self)
-                    await self.cluster.start()
-                    self.coordinator.owns = self.cluster.owns_group
-                    self.consumer_groups.owns = self.cluster.owns_group
-                    nursery.start_soon(self.cluster.run)
+                    self.cluster = role = ClusterRole(self)
+                    await role.start()
+                    nursery.start_soon(role.run)
+                self.coordinator.owns = self.cluster.owns_group
+                self.consumer_groups.owns = self.cluster.owns_group
                 await nursery.start(self.membership.run)
                 await nursery.start(self.consumer_records.run)
                 await nursery.start(self.coordinator.run)
@@ -274,8 +281,8 @@ class MainBroker:
                     # It names this node by its port.
                     self.zone_view = MainZoneView(cfg, self._live_proxies())
                 self.ready = True
-                if self.cluster is not None:
-                    nursery.start_soon(self.cluster.run_registration)
+                if role is not None:  # see above: registration is a clustered main's task
+                    nursery.start_soon(role.run_registration)
                 log.info(
                     "main broker %d serving on %s:%d (zone %s)",
                     cfg.node_id,
@@ -313,8 +320,7 @@ class MainBroker:
 
     async def _rpc_meta_changed(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         MetaChanged.from_wire(params)
-        if self.cluster is not None:
-            self.cluster.meta.poke()
+        self.cluster.poke()
         return MetaChanged().to_wire()
 
     async def _rpc_state(
@@ -372,7 +378,7 @@ class MainBroker:
         """Whether this main appends to the partition: it leads it, no reassignment is moving
         it away, and (clustered) its copy of the metadata is recent enough that no other main
         can have taken the partition over (main_broker/handoff.py)."""
-        return plog.owned and not plog.fenced and (self.cluster is None or self.cluster.fresh())
+        return plog.owned and not plog.fenced and self.cluster.fresh()
 
     def storage_failure(self) -> str | None:
         """Why the WAL takes no writes (None while it does)."""
@@ -390,6 +396,7 @@ class MainBroker:
 
     def status(self) -> dict[str, Any]:
         store = getattr(self, "store", None)
+        cluster: ClusterView | None = getattr(self, "cluster", None)  # None before `run`
         return {
             "role": "main",
             "node_id": self.config.node_id,
@@ -403,7 +410,7 @@ class MainBroker:
             "wal_end_offset": store.wal.end_offset if store else 0,
             "objects": self.objects.status() if self.objects is not None else None,
             "retention": self.retention.status() if self.retention is not None else None,
-            "cluster": self.cluster.status() if self.cluster is not None else None,
+            "cluster": cluster.status() if cluster is not None else None,
             "uptime_s": round(time.time() - self.started_at, 1),
         }
 
@@ -420,35 +427,24 @@ class MainBroker:
         async with self._auto_create_lock:
             if name in self.store.topics:
                 return
-            if self.cluster is not None:
-                try:
-                    await self.cluster.create_topic(name, self.config.num_partitions, {})
-                except TopicExists:
-                    return  # another main created it meanwhile; we now hold it too
-            else:
-                await self.store.create_topic(name, self.config.num_partitions, {})
+            try:
+                await self.cluster.create_topic(name, self.config.num_partitions, {})
+            except TopicExists:
+                return  # another main created it meanwhile; we now hold it too
             log.info("auto-created topic %s", name, extra={"topic": name})
             self.on_partitions_changed()
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Any:
         """Create a topic in this broker (or, clustered, in the fleet); may raise TopicExists."""
-        if self.cluster is not None:
-            state = await self.cluster.create_topic(name, partitions, configs)
-        else:
-            state = await self.store.create_topic(name, partitions, configs)
+        state = await self.cluster.create_topic(name, partitions, configs)
         self.on_partitions_changed()
         return state
 
     def topic_exists(self, name: str) -> bool:
-        if self.cluster is not None:
-            return self.cluster.topic_exists(name)
-        return name in self.store.topics
+        return self.cluster.topic_exists(name)
 
     async def delete_topic(self, name: str) -> None:
-        if self.cluster is not None:
-            await self.cluster.delete_topic(name)
-        else:
-            await self.store.delete_topic(name)
+        await self.cluster.delete_topic(name)
         log.info("deleted topic %s", name, extra={"topic": name})
         self.on_partitions_changed()
 
@@ -457,29 +453,14 @@ class MainBroker:
     ) -> dict[str, str]:
         """Apply `change` to the topic's explicit configs (in the fleet: by CAS on the cluster
         document); returns the new set. May raise UnknownTopic or what `change` raises."""
-        if self.cluster is not None:
-            return await self.cluster.alter_topic_configs(name, change)
-        state = self.store.topics.get(name)
-        if state is None:
-            raise UnknownTopic(name)
-        configs = change(dict(state.configs))
-        await self.store.alter_topic_configs(name, configs)
-        return configs
+        return await self.cluster.alter_topic_configs(name, change)
 
     async def create_partitions(
         self, name: str, count: int, preferred: list[int] | None = None
     ) -> None:
         """Grow the topic to `count` partitions (`preferred`: a leader wish per new one); may
         raise UnknownTopic or PartitionCountChanged."""
-        if self.cluster is not None:
-            await self.cluster.create_partitions(name, count, preferred)
-        else:
-            state = self.store.topics.get(name)
-            if state is None:
-                raise UnknownTopic(name)
-            if count <= len(state.partitions):
-                raise PartitionCountChanged(name, len(state.partitions))
-            await self.store.add_partitions(name, count)
+        await self.cluster.create_partitions(name, count, preferred)
         self.on_partitions_changed()
 
     def on_partitions_changed(self) -> None:

@@ -4,6 +4,9 @@ Topics and the partition-to-main assignment live in the cluster metadata documen
 object store. Every main holds every topic's partition logs, but appends only to the
 partitions it leads; the others answer NOT_LEADER_OR_FOLLOWER. Group coordination is split by
 a hash of the group id that proxies compute the same way (zone_router.placement).
+
+`ClusterRole` is the clustered `ClusterView` (main_broker/cluster_view.py); a main without a
+metadata store has a `LoneMain` instead.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from main_broker.cluster_doc import ClusterDoc, TopicExists, TopicMeta, UnknownT
 from main_broker.cluster_sync import ClusterMetadata
 from main_broker.config import MainPeer
 from main_broker.controller import Controller, Membership
+from main_broker.doc_store import DocumentStore, ObjectDocuments
 from main_broker.handoff import Handoff
 from main_broker.log_store import TopicState
 from main_broker.partition_log import PartitionLog
@@ -41,6 +45,9 @@ POKE_TIMEOUT_S = 2.0
 
 
 class ClusterRole:
+    """This main's part in a fleet of several (a `ClusterView`): the shared metadata document,
+    the controller lease, registration, partition hand-offs and pokes to the other mains."""
+
     def __init__(self, broker: MainBroker) -> None:
         cfg = broker.config
         if cfg.metadata_url is None:
@@ -243,6 +250,24 @@ class ClusterRole:
 
     async def refresh(self) -> None:
         await self.meta.refresh()
+
+    def poke(self) -> None:
+        self.meta.poke()
+
+    def documents(self) -> DocumentStore:
+        return ObjectDocuments(self.astore)  # next to the metadata document
+
+    def live_topic_ids(self) -> set[bytes] | None:
+        if not self.meta.exists:
+            return None
+        return {t.topic_id for t in self.meta.doc.topics.values()}
+
+    def document(self) -> ClusterDoc:
+        return self.meta.doc
+
+    async def change_document(self, change: Callable[[ClusterDoc], ClusterDoc]) -> None:
+        await self.meta.update(change)
+        self.poke_peers()
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicState:
         """Raises TopicExists when another main (or client) created it first."""

@@ -185,11 +185,7 @@ class ObjectRetention:
         """Every topic id of the cluster metadata document, when this main has one: a stream
         of any other topic belongs to a topic deleted while this main was down. None without
         that document (a main's own WAL is no such authority: it may have been wiped)."""
-        cluster = self.broker.cluster
-        meta = getattr(cluster, "meta", None)
-        if meta is None or not meta.exists:
-            return None
-        return {t.topic_id for t in meta.doc.topics.values()}
+        return self.broker.cluster.live_topic_ids()
 
     # -- state -------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from main_broker.doc_store import DocumentStore, ObjectDocuments, WalDocuments
+from main_broker.doc_store import DocumentStore
 from main_broker.security_docs import ACLS_DOC, SCRAM_DOC, AclsDoc, ScramDoc
 from s3_commit import ObjectStoreError
 
@@ -35,13 +35,10 @@ class SecurityState:
         """Chosen on first use (requests come only once the broker runs): the metadata store
         the main's cluster role opened, or without one the main's own WAL."""
         if self._docs is None:
-            cluster = self._broker.cluster
-            if cluster is not None:
-                self._docs = ObjectDocuments(cluster.astore)  # the metadata store
-            elif self._broker.config.metadata_url is not None:
+            cluster = getattr(self._broker, "cluster", None)  # set once the broker runs
+            if cluster is None:
                 raise ObjectStoreError("the cluster metadata store is not open yet")
-            else:
-                self._docs = WalDocuments(self._broker.store)
+            self._docs = cluster.documents()
         return self._docs
 
     async def read_acls(self) -> AclsDoc:

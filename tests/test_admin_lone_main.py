@@ -24,6 +24,7 @@ from confluent_kafka.admin import (
 )
 
 from main_broker.broker import MainBroker
+from main_broker.cluster_view import LoneMain
 from main_broker.config import BrokerConfig
 from main_broker.object_upload import stream_key
 from shared_wal import WalConfig
@@ -132,7 +133,7 @@ async def test_lone_main_topic_admin_durable_in_its_wal(tmp_path: Path) -> None:
         port = await nursery.start(broker.run)
         bootstrap = f"127.0.0.1:{port}"
         tier = broker.objects
-        assert tier is not None and broker.cluster is None
+        assert tier is not None and isinstance(broker.cluster, LoneMain)
         await trio.to_thread.run_sync(_admin_calls, bootstrap)
         p0 = broker.store.partition("t", 0)
         assert p0 is not None
