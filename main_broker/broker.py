@@ -54,6 +54,7 @@ from main_broker.group_wiring import (
     consumer_groups,
     persist_consumer_groups,
     persist_membership,
+    persist_offsets,
 )
 from main_broker.log_store import LogStore
 from main_broker.object_retention import ObjectRetention
@@ -206,21 +207,19 @@ class MainBroker:
         self.appender = Appender(
             store.partition, self.may_append, self.storage_failure, lambda: wal.full
         )
+        # Everything with state on the WAL registers with the store before it replays (the
+        # store refuses later registrations), in no particular order.
         self.coordinator = GroupCoordinator(cfg.groups, _OffsetStore(store))
-        store.load_offsets = self.coordinator.load_offsets
         self.consumer_groups = consumer_groups(cfg.groups, self.coordinator, store)
-        store.delete_topic_offsets = self.coordinator.delete_topic_offsets
-        store.snapshot_offsets = self._snapshot_offsets
+        persist_offsets(self.coordinator, store)
         self.membership = persist_membership(self.coordinator, store)
-        self.consumer_records = persist_consumer_groups(
-            self.consumer_groups, self.membership, store
-        )
+        self.consumer_records = persist_consumer_groups(self.consumer_groups, store)
         if cfg.object_store_url is not None:
-            # Before replay: partitions must know their committed objects as they appear.
+            # Partitions learn their committed objects as replay makes them.
             self.objects = await ObjectTier.open(self)
-            # Before replay too: a topic deletion it replays still removes the topic's objects.
+            # A topic deletion replay brings still removes the topic's objects.
             self.retention = ObjectRetention(self, self.objects)
-            store.on_topic_deleted = self.retention.topic_deleted
+            store.listen_topic_deletions(self.retention)
         started = time.monotonic()
         count = await trio.to_thread.run_sync(lambda: store.replay(wal.replay()))
         restored = self.membership.restore(self.coordinator)
@@ -465,15 +464,6 @@ class MainBroker:
 
     def on_partitions_changed(self) -> None:
         self.store.notify_data()
-
-    def _snapshot_offsets(self) -> dict[str, list[list[Any]]]:
-        out: dict[str, list[list[Any]]] = {}
-        for group_id, offsets in self.coordinator.committed_offsets().items():
-            out[group_id] = [
-                [topic, partition, c.offset, c.leader_epoch, c.metadata]
-                for (topic, partition), c in offsets.items()
-            ]
-        return out
 
     # -- requests ----------------------------------------------------------------------------
 

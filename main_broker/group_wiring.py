@@ -1,19 +1,20 @@
 """Connects the two group coordinators (classic and KIP-848 consumer groups) to each other and
 to the broker's log store: one group id namespace, one offset table, topic ids for KIP-848,
-both kinds of groups on the WAL."""
+the offsets and both kinds of groups on the WAL (each a `StoreParticipant` of the store,
+registered before it replays, in any order)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from main_broker.consumer_coordinator import ConsumerCoordinator
 from main_broker.consumer_persistence import WalConsumerGroups
 from main_broker.group_config import GroupConfig
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.group_persistence import WalMembership
-from main_broker.log_store import LogStore
+from main_broker.log_store import LogStore, StoreParticipant
 
 
 class StoreTopics:
@@ -45,8 +46,75 @@ def consumer_groups(
     consumer.has_offsets = classic.offsets.has_offsets
     classic.consumer_in_use = consumer.in_use
     classic.drop_consumer = consumer.remove_group
-    store.forget_offsets = classic.forget_offsets
     return consumer
+
+
+class GroupOffsetsOnWal:
+    """The coordinator's committed offsets as a store participant: the SNAPSHOT's ``offsets``
+    section, the ``offsets``, ``group_delete`` and ``offsets_delete`` records, and the offsets
+    of a deleted topic's partitions dropped."""
+
+    snapshot_section: ClassVar[str] = "offsets"
+    record_kinds: ClassVar[frozenset[str]] = frozenset(
+        {"offsets", "group_delete", "offsets_delete"}
+    )
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self._coordinator = coordinator
+
+    def snapshot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for group_id, offsets in self._coordinator.committed_offsets().items():
+            out[group_id] = [
+                [topic, partition, c.offset, c.leader_epoch, c.metadata]
+                for (topic, partition), c in offsets.items()
+            ]
+        return out
+
+    def restore(self, section: dict[str, Any]) -> None:
+        for group_id, rows in section.items():
+            self._coordinator.load_offsets(group_id, [tuple(r) for r in rows])  # type: ignore[misc]
+
+    def replay(self, header: dict[str, Any]) -> None:
+        kind, group_id = header["k"], header["g"]
+        if kind == "offsets":
+            self._coordinator.load_offsets(group_id, [tuple(o) for o in header["o"]])  # type: ignore[misc]
+        elif kind == "group_delete":
+            self._coordinator.forget_offsets(group_id, None)
+        else:  # offsets_delete (OffsetDelete)
+            partitions = [(str(t), int(p)) for t, p in header["o"]]
+            self._coordinator.forget_offsets(group_id, partitions)
+
+    def topic_deleted(self, name: str, topic_id: bytes | None) -> None:
+        self._coordinator.delete_topic_offsets(name)
+
+
+class GroupRecordsOnWal:
+    """One kind of group records (classic or KIP-848) as a store participant: its SNAPSHOT
+    section and its records, all loaded into ``records``."""
+
+    def __init__(self, records: WalMembership | WalConsumerGroups, section: str) -> None:
+        self._records = records
+        self.snapshot_section = section
+        self.record_kinds = frozenset({records.kind})
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._records.snapshot()
+
+    def restore(self, section: dict[str, Any]) -> None:
+        for header in section.values():
+            self._records.load(header)
+
+    def replay(self, header: dict[str, Any]) -> None:
+        self._records.load(header)
+
+
+def persist_offsets(classic: GroupCoordinator, store: LogStore) -> None:
+    """The group offsets (of both kinds of groups: one table) on the store's WAL: replay and
+    snapshots keep them, a deleted topic's go with it."""
+    participant = GroupOffsetsOnWal(classic)
+    store.register(participant)
+    store.listen_topic_deletions(participant)
 
 
 def _drop_classic(classic: GroupCoordinator, group_id: str) -> None:
@@ -60,23 +128,16 @@ def persist_membership(classic: GroupCoordinator, store: LogStore) -> WalMembers
     ``restore`` (after replay) rebuilds the groups; run its ``run`` in the broker's nursery."""
     membership = WalMembership(store.wal)
     classic.membership = membership
-    store.load_group = membership.load
-    store.snapshot_groups = membership.snapshot
+    participant: StoreParticipant = GroupRecordsOnWal(membership, "groups")
+    store.register(participant)
     return membership
 
 
-def persist_consumer_groups(
-    consumer: ConsumerCoordinator, classic: WalMembership, store: LogStore
-) -> WalConsumerGroups:
-    """KIP-848 groups on the store's WAL beside the classic ones (``persist_membership``
-    first): replay and snapshots keep them, ``restore`` (after replay) rebuilds them; run its
-    ``run`` in the broker's nursery."""
+def persist_consumer_groups(consumer: ConsumerCoordinator, store: LogStore) -> WalConsumerGroups:
+    """KIP-848 groups on the store's WAL beside the classic ones: replay and snapshots keep
+    them, ``restore`` (after replay) rebuilds them; run its ``run`` in the broker's nursery."""
     records = WalConsumerGroups(store.wal)
     consumer.records = records
-
-    def load(header: dict[str, Any]) -> None:
-        (records if header.get("k") == records.kind else classic).load(header)
-
-    store.load_group = load
-    store.snapshot_consumer_groups = records.snapshot
+    participant: StoreParticipant = GroupRecordsOnWal(records, "consumer_groups")
+    store.register(participant)
     return records

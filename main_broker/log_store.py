@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -42,6 +42,59 @@ if TYPE_CHECKING:
 log = logging.getLogger("zonefleet.main_broker.store")
 
 PRODUCER_ID_BLOCK = 1000
+
+# The SNAPSHOT body's sections that participants own, and the CONTROL record kinds they write
+# and replay (the store's own: topics, producer ids, documents, log starts, takeovers).
+PARTICIPANT_SECTIONS = ("offsets", "groups", "consumer_groups")
+PARTICIPANT_KINDS = frozenset(
+    {"offsets", "group_delete", "offsets_delete", "classic_group", "consumer_group"}
+)
+
+
+class StoreParticipant(Protocol):
+    """A component whose state lives on the store's WAL beside the topics (group offsets,
+    classic groups, KIP-848 groups): it owns one section of every SNAPSHOT and some CONTROL
+    record kinds, writes its records itself, and gets both back on replay."""
+
+    @property
+    def snapshot_section(self) -> str:
+        """Its section of the SNAPSHOT body (one of PARTICIPANT_SECTIONS)."""
+        ...
+
+    @property
+    def record_kinds(self) -> frozenset[str]:
+        """The CONTROL record kinds (`k`) it replays (of PARTICIPANT_KINDS)."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """Its section of a SNAPSHOT being written (msgpack-encodable)."""
+        ...
+
+    def restore(self, section: dict[str, Any]) -> None:
+        """Its section of the SNAPSHOT replay starts from."""
+        ...
+
+    def replay(self, header: dict[str, Any]) -> None:
+        """One of its CONTROL records, as replay reads it."""
+        ...
+
+
+class TopicDeletionListener(Protocol):
+    def topic_deleted(self, name: str, topic_id: bytes | None) -> None:
+        """A topic leaves the store (DeleteTopics, replay, the cluster document); `topic_id`
+        is None when the store did not hold it (a replayed deletion of an unknown topic)."""
+        ...
+
+
+class ObjectSource(Protocol):
+    def adopt(self, plog: PartitionLog) -> bool:
+        """Give the partition its committed objects; True when its offsets moved."""
+        ...
+
+
+class RegistrationClosed(RuntimeError):
+    """A participant registered with a store that has started replaying its WAL: it would
+    have missed the records replayed before it."""
 
 
 @dataclass(slots=True)
@@ -78,8 +131,20 @@ class LogStore:
 
     It owns the WAL writer and reader, the batch cache, the topics (configs, partitions,
     leaders), producer ids and the small documents; it tells state subscribers (the zone
-    proxies' state stream) what changed. Other components plug into replay and snapshots
-    through the hooks set in `MainBroker.run`.
+    proxies' state stream) what changed.
+
+    Other components plug in by registering before `replay`, in any order (registering once
+    replay has started raises RegistrationClosed):
+
+    - `register(StoreParticipant)`: a section of every SNAPSHOT and the CONTROL record kinds
+      it replays (group offsets, classic and KIP-848 groups: main_broker/group_wiring.py);
+    - `listen_topic_deletions(TopicDeletionListener)`: told of every topic that leaves the
+      store (offsets of its partitions, its objects: main_broker/object_retention.py);
+    - `attach_objects(ObjectSource)`: the committed objects of every partition the store
+      makes, replays or takes over (main_broker/object_tier.py), when there is an object store.
+
+    The WAL and SNAPSHOT formats do not depend on who registered: a section without a
+    participant is written empty, and records of a kind without one are skipped.
     """
 
     def __init__(
@@ -107,33 +172,66 @@ class LogStore:
         # (main_broker/links_floor.py); published on the state stream.
         self.links_floor: dict[str, int] = {}
         self.data_arrived = trio.Event()
-        # Group offsets are owned by the coordinator; these hooks move them in and out.
-        self.load_offsets: Callable[[str, list[tuple[str, int, int, int, str]]], None] = (
-            lambda g, o: None
-        )
-        self.snapshot_offsets: Callable[[], dict[str, list[list[Any]]]] = dict
-        self.delete_topic_offsets: Callable[[str], None] = lambda topic: None
-        # A deleted group (partitions None) or some of its offsets (OffsetDelete).
-        self.forget_offsets: Callable[[str, list[tuple[str, int]] | None], None] = (
-            lambda g, partitions: None
-        )
-        # Group records (classic_group, consumer_group: main_broker.group_wiring) in and out.
-        self.load_group: Callable[[dict[str, Any]], None] = lambda header: None
-        self.snapshot_groups: Callable[[], dict[str, dict[str, Any]]] = dict
-        self.snapshot_consumer_groups: Callable[[], dict[str, dict[str, Any]]] = dict
-        # Told the id of every topic that leaves the store (main_broker.object_retention
-        # removes its streams from the manifest and deletes their objects).
-        self.on_topic_deleted: Callable[[bytes], None] = lambda topic_id: None
-        # Gives a partition its committed objects (main_broker.object_tier), when the broker
-        # has an object store: called for every partition a topic creation makes and after
-        # replay. Returns True when the partition's offsets moved.
-        self.adopt_objects: Callable[[PartitionLog], bool] = lambda plog: False
+        # The registry (see the class docstring); closed once replay starts.
+        self._replay_started = False
+        self._sections: dict[str, StoreParticipant] = {}
+        self._kinds: dict[str, StoreParticipant] = {}
+        self._deletion_listeners: list[TopicDeletionListener] = []
+        self._objects: ObjectSource | None = None
         # The committed object manifest (None without an object store): state subscribers
         # get it whole, then the rows each commit changed.
         self.manifest: Manifest | None = None
         # Small whole documents kept on the WAL, by name (main_broker/doc_store.py: a lone
         # main's ACLs and SCRAM credentials); the last one written wins, snapshots carry them.
         self.documents: dict[str, bytes] = {}
+
+    # -- the registry ------------------------------------------------------------------------
+
+    def _check_open(self, what: object) -> None:
+        if self._replay_started:
+            raise RegistrationClosed(
+                f"{what!r} registered with the log store after its WAL replay started; "
+                "register every participant before LogStore.replay"
+            )
+
+    def register(self, participant: StoreParticipant) -> None:
+        """Add a participant (before replay); its section and kinds must be free."""
+        self._check_open(participant)
+        section, kinds = participant.snapshot_section, participant.record_kinds
+        if section not in PARTICIPANT_SECTIONS:
+            raise ValueError(f"unknown snapshot section {section!r}")
+        if section in self._sections:
+            raise ValueError(f"snapshot section {section!r} is taken")
+        if not kinds <= PARTICIPANT_KINDS:
+            raise ValueError(f"unknown record kinds {sorted(kinds - PARTICIPANT_KINDS)}")
+        if taken := sorted(kinds & self._kinds.keys()):
+            raise ValueError(f"record kinds {taken} are taken")
+        self._sections[section] = participant
+        for kind in kinds:
+            self._kinds[kind] = participant
+
+    def listen_topic_deletions(self, listener: TopicDeletionListener) -> None:
+        """Tell `listener` of every topic that leaves the store (register before replay)."""
+        self._check_open(listener)
+        self._deletion_listeners.append(listener)
+
+    def attach_objects(self, source: ObjectSource) -> None:
+        """The broker's object tier (before replay): every partition the store makes, replays
+        or takes over adopts its committed objects from it."""
+        self._check_open(source)
+        if self._objects is not None:
+            raise ValueError("the log store already has an object source")
+        self._objects = source
+
+    def adopt_objects(self, plog: PartitionLog) -> bool:
+        """Give the partition its committed objects (none without an object store); True
+        when its offsets moved."""
+        return self._objects is not None and self._objects.adopt(plog)
+
+    def _replay_participant(self, kind: str, header: dict[str, Any]) -> None:
+        participant = self._kinds.get(kind)
+        if participant is not None:
+            participant.replay(header)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -153,15 +251,17 @@ class LogStore:
         return state
 
     def _apply_topic_delete(self, name: str) -> None:
-        self.delete_topic_offsets(name)
-        state = self.topics.pop(name, None)
+        state = self.topics.get(name)
+        topic_id = state.topic_id if state is not None else None
+        for listener in self._deletion_listeners:
+            listener.topic_deleted(name, topic_id)
+        self.topics.pop(name, None)
         self._topic_changed(name)
         if state is not None:
             self.topics_by_id.pop(state.topic_id, None)
             for plog in state.partitions:
                 for entry in plog.entries:
                     entry.data = None
-            self.on_topic_deleted(state.topic_id)
 
     async def create_topic(
         self,
@@ -428,7 +528,12 @@ class LogStore:
 
     # -- snapshot and replay -----------------------------------------------------------------
 
+    def _section(self, name: str) -> dict[str, Any]:
+        participant = self._sections.get(name)
+        return participant.snapshot() if participant is not None else {}
+
     def snapshot(self) -> tuple[dict[str, Any], bytes]:
+        # The body's key order is part of the format (msgpack keeps it): do not reorder.
         body = {
             "topics": [
                 {
@@ -440,10 +545,10 @@ class LogStore:
                 for t in self.topics.values()
             ],
             "pid_next": self._producer_id_limit,
-            "offsets": self.snapshot_offsets(),
+            "offsets": self._section("offsets"),
             "docs": dict(self.documents),
-            "groups": self.snapshot_groups(),
-            "consumer_groups": self.snapshot_consumer_groups(),
+            "groups": self._section("groups"),
+            "consumer_groups": self._section("consumer_groups"),
         }
         return wal_records.snapshot_record(body)
 
@@ -455,14 +560,15 @@ class LogStore:
                 plog.restore_snapshot(snap)
         self.next_producer_id = self._producer_id_limit = body["pid_next"]
         self.documents = {str(n): bytes(d) for n, d in body.get("docs", {}).items()}
-        for group_id, rows in body["offsets"].items():
-            self.load_offsets(group_id, [tuple(r) for r in rows])  # type: ignore[misc]
-        for header in body.get("groups", {}).values():
-            self.load_group(header)
-        for header in body.get("consumer_groups", {}).values():
-            self.load_group(header)
+        for section in PARTICIPANT_SECTIONS:
+            participant = self._sections.get(section)
+            if participant is not None:
+                participant.restore(body.get(section, {}))
 
     def replay(self, records: Iterable[WalRecord]) -> int:
+        """Rebuild the state from the WAL's records; closes the registry (see the class
+        docstring). Returns how many records it read."""
+        self._replay_started = True
         count = 0
         first = True
         for record in records:
@@ -541,14 +647,8 @@ class LogStore:
             self.next_producer_id = self._producer_id_limit = max(
                 self._producer_id_limit, header["upto"]
             )
-        elif kind == "offsets":
-            self.load_offsets(header["g"], [tuple(o) for o in header["o"]])  # type: ignore[misc]
-        elif kind in ("classic_group", "consumer_group"):
-            self.load_group(header)
-        elif kind == "group_delete":
-            self.forget_offsets(header["g"], None)
-        elif kind == "offsets_delete":
-            self.forget_offsets(header["g"], [(str(t), int(p)) for t, p in header["o"]])
+        elif kind in PARTICIPANT_KINDS:
+            self._replay_participant(kind, header)
         else:
             log.warning("unknown control record kind %r at %s", kind, record.position)
 

@@ -69,8 +69,11 @@ class ObjectRetention:
         self.last_error: str | None = None
         self.pass_done = trio.Event()  # replaced after each pass (tests wait)
 
-    def topic_deleted(self, topic_id: bytes) -> None:
-        """A topic left the broker's store (DeleteTopics, replay, the cluster document)."""
+    def topic_deleted(self, name: str, topic_id: bytes | None) -> None:
+        """A topic left the broker's store (DeleteTopics, replay, the cluster document): a
+        `TopicDeletionListener` of the log store (None: the store did not hold it)."""
+        if topic_id is None:
+            return
         self.deleted_topics.add(topic_id)
         self._wake.set()
 

@@ -111,7 +111,7 @@ class ObjectTier:
         )
         log_store = broker.store
         log_store.manifest = manifest
-        log_store.adopt_objects = tier.adopt
+        log_store.attach_objects(tier)
         log_store.batches = TieredBatchReader(log_store.reader.fs, tier, own=log_store.reader)
         return tier
 

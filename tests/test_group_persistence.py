@@ -20,7 +20,12 @@ from main_broker.consumer_persistence import WalConsumerGroups
 from main_broker.group_config import GroupConfig
 from main_broker.group_coordinator import GroupCoordinator
 from main_broker.group_persistence import WalMembership
-from main_broker.group_wiring import consumer_groups, persist_consumer_groups, persist_membership
+from main_broker.group_wiring import (
+    consumer_groups,
+    persist_consumer_groups,
+    persist_membership,
+    persist_offsets,
+)
 from main_broker.log_store import LogStore
 from shared_wal import RecordType, WalConfig, WalReader, WalWriter, open_wal_fs, storage
 from shared_wal import broker_records as wal_records
@@ -63,9 +68,10 @@ async def running_main(
     store = LogStore(wal, WalReader(fs, "main-1"), 1 << 20, {})
     holder.append(store)
     coord = GroupCoordinator(groups, _OffsetStore(store))
-    store.load_offsets = coord.load_offsets
     consumer = consumer_groups(groups, coord, store)
-    persist_consumer_groups(consumer, persist_membership(coord, store), store)
+    persist_offsets(coord, store)
+    persist_membership(coord, store)
+    persist_consumer_groups(consumer, store)
     store.replay(wal.replay())
     main = Main(store, wal, coord, consumer)
     main.restored = main.membership.restore(coord)

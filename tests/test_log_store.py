@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 import trio
 import trio.testing
 
 from kafka_wire.record_batch import build_batch, decode_records_for_tools
 from main_broker.appender import Appended, Appender
-from main_broker.log_store import LogStore
+from main_broker.group_offsets import CommittedOffset
+from main_broker.group_wiring import GroupOffsetsOnWal
+from main_broker.log_store import LogStore, RegistrationClosed
 from main_broker.producer_state import Verdict
 from shared_wal import (
     RecordType,
@@ -27,18 +30,56 @@ from shared_wal import (
 from shared_wal import broker_records as wal_records
 
 
+class _Offsets:
+    """What the store's offsets participant (group_wiring.GroupOffsetsOnWal) asks of the group
+    coordinator, as plain callables and rows."""
+
+    def __init__(
+        self,
+        load: Callable[[str, list[Any]], None] | None = None,
+        forget: Callable[[str, list[tuple[str, int]] | None], None] | None = None,
+        committed: dict[str, list[list[Any]]] | None = None,
+    ) -> None:
+        self._load, self._forget = load, forget
+        self.committed = committed if committed is not None else {}
+
+    def load_offsets(self, group_id: str, rows: list[Any]) -> None:
+        if self._load is not None:
+            self._load(group_id, rows)
+
+    def forget_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> None:
+        if self._forget is not None:
+            self._forget(group_id, partitions)
+
+    def committed_offsets(self) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+        return {
+            g: {(t, p): CommittedOffset(o, e, m) for t, p, o, e, m in rows}
+            for g, rows in self.committed.items()
+        }
+
+    def delete_topic_offsets(self, topic: str) -> None:
+        pass
+
+
+def _register_offsets(store: LogStore, offsets: _Offsets) -> None:
+    store.register(GroupOffsetsOnWal(offsets))  # type: ignore[arg-type]
+
+
 async def _open(
     url: str,
     config: WalConfig,
     load_offsets: Callable[[str, list[Any]], None] | None = None,
     writer: str = "main-1",
+    offsets: _Offsets | None = None,
 ) -> tuple[LogStore, WalWriter]:
     fs = open_wal_fs(url)
     holder: list[LogStore] = []
     wal = await WalWriter.open(fs, writer, config, snapshot_provider=lambda: holder[0].snapshot())
     store = LogStore(wal, WalReader(fs, writer), 1 << 20, {})
-    if load_offsets is not None:
-        store.load_offsets = load_offsets
+    if offsets is None and load_offsets is not None:
+        offsets = _Offsets(load_offsets)
+    if offsets is not None:
+        _register_offsets(store, offsets)
     holder.append(store)
     store.replay(wal.replay())
     wal.on_segments_deleted = store.on_segments_deleted
@@ -248,8 +289,7 @@ async def test_replay_applies_group_and_offset_deletions(tmp_path: Path) -> None
     fs = open_wal_fs(url)
     wal2 = await WalWriter.open(fs, "main-1", config, snapshot_provider=lambda: store2.snapshot())
     store2 = LogStore(wal2, WalReader(fs, "main-1"), 1 << 20, {})
-    store2.load_offsets = load
-    store2.forget_offsets = forget
+    _register_offsets(store2, _Offsets(load, forget))
     store2.replay(wal2.replay())
     assert state == {"kept": {("t", 1): ("t", 1, 9, 1, "m1")}}
     await wal2.aclose()
@@ -266,9 +306,8 @@ async def test_a_record_durable_just_before_a_segment_roll_is_in_the_next_snapsh
     for attempt in range(8):
         url = f"osfs://{tmp_path}/{attempt}"
         config = WalConfig(segment_bytes=2048, max_group_bytes=1024)
-        store, wal = await _open(url, config)
         offsets: dict[str, list[list[Any]]] = {}
-        store.snapshot_offsets = lambda offsets=offsets: dict(offsets)
+        store, wal = await _open(url, config, offsets=_Offsets(committed=offsets))
 
         def committed(offsets: dict[str, list[list[Any]]] = offsets) -> None:
             offsets["g"] = [["t", 0, 42, 3, "m"]]
@@ -294,3 +333,50 @@ async def test_a_record_durable_just_before_a_segment_roll_is_in_the_next_snapsh
         assert loaded == {"g": [("t", 0, 42, 3, "m")]}
         assert restarted.next_producer_id > 0  # producer id 0 was handed out
         await wal2.aclose()
+
+
+async def test_a_participant_registering_after_replay_started_is_refused(tmp_path: Path) -> None:
+    """Wiring order cannot matter silently: a participant that would have missed the records
+    already replayed is refused, as are two owners of one section or record kind."""
+    store, wal = await _open(f"osfs://{tmp_path}", WalConfig())
+    with pytest.raises(RegistrationClosed, match="after its WAL replay started"):
+        _register_offsets(store, _Offsets())
+
+    class _Listener:
+        def topic_deleted(self, name: str, topic_id: bytes | None) -> None:
+            pass
+
+    with pytest.raises(RegistrationClosed):
+        store.listen_topic_deletions(_Listener())
+    await wal.aclose()
+
+    fs = open_wal_fs(f"osfs://{tmp_path}")
+    wal2 = await WalWriter.open(fs, "main-1", WalConfig())
+    fresh = LogStore(wal2, WalReader(fs, "main-1"), 1 << 20, {})
+    _register_offsets(fresh, _Offsets())
+    with pytest.raises(ValueError, match="taken"):
+        _register_offsets(fresh, _Offsets())
+    await wal2.aclose()
+
+
+async def test_snapshot_body_keeps_its_sections_and_their_order(tmp_path: Path) -> None:
+    """The SNAPSHOT record is msgpack of the body: the registry writes the sections in the
+    order the previous release did, an unowned one empty, so a node of either version reads
+    the other's snapshots."""
+    committed = {"g": [["t", 0, 5, 1, "m"]]}
+    store, wal = await _open(
+        f"osfs://{tmp_path}", WalConfig(), offsets=_Offsets(committed=committed)
+    )
+    store.documents["acls"] = b"x"
+    header, payload = store.snapshot()
+    body = {
+        "topics": [],
+        "pid_next": 0,
+        "offsets": committed,
+        "docs": {"acls": b"x"},
+        "groups": {},
+        "consumer_groups": {},
+    }
+    assert (header, payload) == wal_records.snapshot_record(body)
+    assert list(wal_records.decode_snapshot(memoryview(payload))) == list(body)
+    await wal.aclose()
