@@ -135,6 +135,18 @@ Handler = Callable[["MainBroker", RequestContext, Any], Awaitable[Any]]
 
 
 class MainBroker:
+    """One main broker process: it owns the lifecycle (open the WAL, replay it into the
+    `LogStore`, serve Kafka clients and the internal RPC, close down), the Kafka listener and
+    the request dispatch, the metrics and traffic accounting, and what this node tells zone
+    proxies (their state stream subscriptions, the zone view).
+
+    It delegates: durable state (topics, partition logs, producer ids, documents) to `store`;
+    produce admission to `appender`; groups to `coordinator` (classic) and `consumer_groups`
+    (KIP-848); the other mains, and every topic change, to `cluster` (a `ClusterView`: a
+    `LoneMain` or a `ClusterRole`); objects to `objects` and `retention` (with an object
+    store); ACLs and SCRAM credentials to `security`; each API to its handler module.
+    """
+
     def __init__(self, config: BrokerConfig, registry: MetricsRegistry | None = None) -> None:
         self.config = config
         self.registry = registry or MetricsRegistry()
