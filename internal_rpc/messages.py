@@ -105,8 +105,10 @@ def _version(msg: dict[str, Any], what: str, known: int) -> int:
 class BatchSummary:
     """What the append decision needs of a batch, from its v2 header: the zone proxy, which
     holds the bytes, checked its framing and CRC; the main checks limits, producer sequence
-    and epoch on these fields alone (main_broker/appender.py)."""
+    and epoch on these fields alone (main_broker/appender.py). `size` is the batch's bytes
+    (the PREPARED record around it is longer: its WAL header)."""
 
+    size: int
     attributes: int
     record_count: int
     base_timestamp: int
@@ -118,6 +120,7 @@ class BatchSummary:
     @classmethod
     def of(cls, batch: BatchInfo) -> BatchSummary:
         return cls(
+            batch.size,
             batch.attributes,
             batch.record_count,
             batch.base_timestamp,
@@ -127,11 +130,11 @@ class BatchSummary:
             batch.base_sequence,
         )
 
-    def batch_info(self, size: int) -> BatchInfo:
+    def batch_info(self) -> BatchInfo:
         """The header as the main sees it: offsets unassigned, CRC unknown (0)."""
         return BatchInfo(
             position=0,
-            size=size,
+            size=self.size,
             base_offset=0,
             partition_leader_epoch=-1,
             magic=MAGIC_V2,
@@ -148,6 +151,7 @@ class BatchSummary:
 
     def to_wire(self) -> list[int]:
         return [
+            self.size,
             self.attributes,
             self.record_count,
             self.base_timestamp,
@@ -159,8 +163,8 @@ class BatchSummary:
 
     @classmethod
     def from_wire(cls, row: object, what: str = "batch") -> BatchSummary:
-        fields = _list(row, what, (7,))
-        names = ("attributes", "count", "first_ts", "max_ts", "pid", "epoch", "seq")
+        fields = _list(row, what, (8,))
+        names = ("size", "attributes", "count", "first_ts", "max_ts", "pid", "epoch", "seq")
         return cls(*(_int(v, f"{what}.{n}") for v, n in zip(fields, names, strict=True)))
 
 

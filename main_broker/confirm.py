@@ -155,20 +155,23 @@ async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str
                 result.error_code = ErrorCode.kafka_storage_error
                 result.error_message = f"cannot read the prepared payload: {payload}"
                 continue
+            batch = None if part.batch is None else part.batch.batch_info()
+            records = None if payload is None else memoryview(payload)
+            size = batch.size if batch is not None else len(records or b"")
             decision = appender.decide(
                 part.topic,
                 part.partition,
                 acks=-1,
-                records_size=part.length,
+                records_size=size,
                 now_ms=now_ms,
                 api_version=confirm.produce_version,
-                records=None if payload is None else memoryview(payload),
-                batch=None if part.batch is None else part.batch.batch_info(part.length),
+                records=records,
+                batch=batch,
                 prepared=position,
             )
             append_partition(broker, decision, result, pending)
             if result.error_code == ErrorCode.none:
-                broker.metrics.bytes_in.labels(part.topic).inc(part.length)
+                broker.metrics.bytes_in.labels(part.topic).inc(size)
     finally:
         if session is not None and seq is not None:
             broker.confirms.done(session, seq)

@@ -84,7 +84,7 @@ def _confirmed(appender: Appender, records: memoryview, api_version: int = 9) ->
         records_size=len(records),
         now_ms=NOW,
         api_version=api_version,
-        batch=summary.batch_info(len(records)),
+        batch=summary.batch_info(),
         prepared=PREPARED,
     )
 

@@ -172,10 +172,14 @@ async def test_confirmed_payload_is_linked_served_and_replayed(
         assert broker.store.partition("t", 0).high_watermark == 5  # type: ignore[union-attr]
         # Version 1 reads each payload back before deciding; version 2 decides on the summary.
         assert counter.reads == (3 if version == 1 else 0)
+        # The log holds each batch's own size, not its PREPARED record's (an upload's ranges
+        # are sized from it).
+        plog = broker.store.partition("t", 0)
+        assert plog is not None
+        assert [e.size for e in plog.entries] == [len(b) for b in batches]
+        assert all(p.length > len(b) for p, b in zip(positions, batches, strict=True))
         if version == 2:
             # The bytes come into the main's cache afterwards, off the produce path.
-            plog = broker.store.partition("t", 0)
-            assert plog is not None
             await _until(
                 lambda: all(e.data is not None for e in plog.entries), "linked bytes never read"
             )

@@ -96,7 +96,7 @@ class ScriptedMain:
         return self.calls
 
 
-SUMMARY = BatchSummary(0, 1, 1764201600000, 1764201600000, -1, -1, -1)
+SUMMARY = BatchSummary(70, 0, 1, 1764201600000, 1764201600000, -1, -1, -1)
 
 
 class PreparedTicket:
@@ -413,9 +413,9 @@ async def test_api_versions_are_not_mixed_in_one_call(
 async def test_one_partition_confirm_stays_small(piped: tuple[ConfirmPipe, ScriptedMain]) -> None:
     pipe, main = piped
     # A realistic worst case: a long topic name, a segment far into the log, a 1 MiB batch.
-    # Its batch at the limits: every attribute bit, 2**31-1 records, timestamps and a producer
-    # id at 2**62, the highest epoch and sequence.
-    summary = BatchSummary(0x7F, 2**31 - 1, 2**62, 2**62, 2**62, 2**15 - 1, 2**31 - 1)
+    # Its summary at every field's limit: 2 GiB, every attribute bit, 2**31-1 records,
+    # timestamps and a producer id at 2**62, the highest epoch and sequence.
+    summary = BatchSummary(2**31 - 1, 0x7F, 2**31 - 1, 2**62, 2**62, 2**62, 2**15 - 1, 2**31 - 1)
     position = WalPosition("proxy-102", 2**40, 2**26, 2**20)
     request = ConfirmRequest(
         9, 30000, [PreparedPart("orders.eu-west-1.v2", 11, summary, position=position)]

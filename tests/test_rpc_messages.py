@@ -63,7 +63,7 @@ PARAMS_V2 = ConfirmParams(
             4194304,
             123456,
             65536,
-            BatchSummary(0, 10, 1764201600000, 1764201600009, 4001, 0, 120),
+            BatchSummary(65480, 0, 10, 1764201600000, 1764201600009, 4001, 0, 120),
         ),
     ),
     session="0a1b2c3d4e5f",
@@ -88,7 +88,8 @@ PARAMS_V2_GOLDEN = (
     "ce00400000"
     "ce0001e240"
     "ce00010000"  # segment, position, length
-    "97"  # batch: [attributes, record count, first and max timestamp, pid, epoch, sequence]
+    "98"  # batch: [size, attributes, record count, first and max timestamp, pid, epoch, seq]
+    "cdffc8"
     "00"
     "0a"
     "cf0000019ac29c1400"
@@ -154,7 +155,7 @@ def test_a_batch_summary_stands_for_its_header() -> None:
     )
     info = parse_batch_header(buf)
     summary = BatchSummary.of(info)
-    seen = summary.batch_info(len(buf))
+    seen = summary.batch_info()
     for name in (
         "size",
         "attributes",
@@ -212,9 +213,12 @@ def test_the_previous_release_shapes_are_still_read() -> None:
         ({"mv": 3}, "version 3"),
         ({"mv": "1"}, r"confirm\.mv must be an integer"),
         ({"mv": 2}, r"confirm\.parts\[0\] must have 7"),
-        ({"mv": 2, "parts": [["t", 0, "w", 0, 0, 1, [0, 1, 2, 3, 4, 5]]]}, r"\.batch must have 7"),
         (
-            {"mv": 2, "parts": [["t", 0, "w", 0, 0, 1, [0, 1, 2, 3.5, 4, 5, 6]]]},
+            {"mv": 2, "parts": [["t", 0, "w", 0, 0, 1, [0, 1, 2, 3, 4, 5, 6]]]},
+            r"\.batch must have 8",
+        ),
+        (
+            {"mv": 2, "parts": [["t", 0, "w", 0, 0, 1, [9, 0, 1, 2, 3.5, 4, 5, 6]]]},
             r"confirm\.parts\[0\]\.batch\.max_ts",
         ),
         ({"parts": None}, r"confirm\.parts must be an array"),
