@@ -209,7 +209,7 @@ class ConfirmPart:
 class ConfirmParams:
     """A confirm call. `session` and `seq` are both set or both None: a caller with one
     confirm in flight per main may leave them out; the proxy's pipe numbers its calls per
-    session so the main applies them in order (main_broker/confirm.py)."""
+    session so the main applies them in order (main_broker/api/confirm.py)."""
 
     produce_version: int
     timeout_ms: int

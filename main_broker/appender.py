@@ -13,7 +13,7 @@ idempotent producer's state, assigns offsets and answers with a decision:
   answer and the high watermark may show it.
 
 A direct produce hands it the batch bytes; a confirm hands it the header summary the proxy
-sent and no bytes (main_broker/confirm.py), unless the topic is compacted: only the keyless
+sent and no bytes (main_broker/api/confirm.py), unless the topic is compacted: only the keyless
 record check reads records. The shell is main_broker/append.py.
 """
 

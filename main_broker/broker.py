@@ -31,38 +31,36 @@ from kafka_wire.codec import (
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from kafka_wire.topic_bytes import TopicFinish
-from main_broker import (
-    api_cluster,
-    api_configs,
-    api_describe,
-    api_fetch,
-    api_security,
-    api_topics_admin,
-    group_handlers,
-)
 from main_broker.accounting import MainTraffic
-from main_broker.api_produce import begin_produce
-from main_broker.api_reassign import REASSIGN_APIS, REASSIGN_HANDLERS
+from main_broker.api import cluster as api_cluster
+from main_broker.api import configs as api_configs
+from main_broker.api import describe as api_describe
+from main_broker.api import fetch as api_fetch
+from main_broker.api import groups as group_handlers
+from main_broker.api import security as api_security
+from main_broker.api import topics_admin as api_topics_admin
+from main_broker.api.confirm import ConfirmSequencer, handle_confirm
+from main_broker.api.produce import begin_produce
+from main_broker.api.reassign import REASSIGN_APIS, REASSIGN_HANDLERS
 from main_broker.appender import Appender
-from main_broker.cluster_role import ClusterRole, TopicExists
-from main_broker.cluster_view import ClusterView, LoneMain
+from main_broker.cluster.role import ClusterRole, TopicExists
+from main_broker.cluster.view import ClusterView, LoneMain
+from main_broker.cluster.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, MainZoneView
 from main_broker.config import BrokerConfig
-from main_broker.confirm import ConfirmSequencer, handle_confirm
-from main_broker.consumer_coordinator import ConsumerCoordinator
-from main_broker.group_coordinator import GroupCoordinator
-from main_broker.group_wiring import (
+from main_broker.groups.consumer_coordinator import ConsumerCoordinator
+from main_broker.groups.coordinator import GroupCoordinator
+from main_broker.groups.wiring import (
     consumer_groups,
     persist_consumer_groups,
     persist_membership,
     persist_offsets,
 )
 from main_broker.log_store import LogStore
-from main_broker.object_retention import ObjectRetention
-from main_broker.object_tier import ObjectTier
+from main_broker.objects.retention import ObjectRetention
+from main_broker.objects.tier import ObjectTier
 from main_broker.partition_log import PartitionLog
-from main_broker.security_state import SecurityState
+from main_broker.security.state import SecurityState
 from main_broker.state_stream import publish_state
-from main_broker.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, MainZoneView
 from shared_wal import WalReader, WalWriter, open_wal_fs
 from telemetry import UNKNOWN_ZONE, BrokerMetrics, MetricsRegistry
 
@@ -184,7 +182,7 @@ class MainBroker:
         self._auto_create_lock = trio.Lock()
         self.confirms = ConfirmSequencer()
         self.rpc_port: int | None = None
-        # The fleet as this main sees it (main_broker/cluster_view.py): set in `run`, a
+        # The fleet as this main sees it (main_broker/cluster/view.py): set in `run`, a
         # LoneMain once the store is open, or the ClusterRole once it has read the document.
         self.cluster: ClusterView
         self._state_subscribers: Counter[int] = Counter()
@@ -388,7 +386,7 @@ class MainBroker:
     def may_append(self, plog: PartitionLog) -> bool:
         """Whether this main appends to the partition: it leads it, no reassignment is moving
         it away, and (clustered) its copy of the metadata is recent enough that no other main
-        can have taken the partition over (main_broker/handoff.py)."""
+        can have taken the partition over (main_broker/cluster/handoff.py)."""
         return plog.owned and not plog.fenced and self.cluster.fresh()
 
     def storage_failure(self) -> str | None:

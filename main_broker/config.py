@@ -42,11 +42,11 @@ class BrokerConfig:
     mains: list[MainPeer] = field(default_factory=list)
     metadata_url: str | None = None
     metadata_poll_s: float = 0.5
-    # Node registrations and the controller lease (main_broker/controller.py): each heartbeat
-    # and lease renewal is one PUT, so these set the fleet's standing S3 request cost.
+    # Node registrations and the controller lease (main_broker/cluster/controller.py): each
+    # heartbeat and lease renewal is one PUT, so these set the fleet's standing S3 request cost.
     registration_interval_s: float = 5.0
     session_timeout_s: float = 18.0  # no heartbeat this long and no clean stop: dead
-    # The controller moves a dead main's partitions to live mains (main_broker/handoff.py).
+    # The controller moves a dead main's partitions to live mains (main_broker/cluster/handoff.py).
     reassign_dead_mains: bool = True
     controller_lease_s: float = 15.0
     # The zone proxies: a client that connects straight to a main still gets the view of its
@@ -61,7 +61,7 @@ class BrokerConfig:
     max_request_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
     max_in_flight_per_connection: int = 64
     wal_cache_bytes: int = 256 * 1024 * 1024
-    # The object store that holds committed data (main_broker/object_tier.py); None keeps
+    # The object store that holds committed data (main_broker/objects/tier.py); None keeps
     # data only in the WAL. Upload when the committed bytes not yet in objects pass the
     # threshold or the interval has passed since the last upload.
     object_store_url: str | None = None
@@ -75,7 +75,7 @@ class BrokerConfig:
     # no manifest lists any more stays for readers of the previous manifest.
     retention_check_interval_s: float = 30.0
     retention_delete_delay_s: float = 10.0
-    # Background compaction (main_broker/object_compaction.py; defaults and why in
+    # Background compaction (main_broker/objects/compaction.py; defaults and why in
     # s3_commit/compaction.py): merge SSOs below the small size, up to the max size per job,
     # every interval; replaced objects are deleted this long after the manifest swap.
     compaction_interval_s: float = 300.0

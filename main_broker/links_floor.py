@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from main_broker.object_upload import stream_key
 from main_broker.partition_log import PartitionLog
 from s3_commit.manifest import StreamKey
 from shared_wal import WalPosition
@@ -39,7 +38,9 @@ def links_floor(
     floors: dict[str, int] = {}
     for plog in plogs:
         entries = plog.entries
-        first = plog.index.first_index_at(uploaded_end.get(stream_key(plog), 0))
+        first = plog.index.first_index_at(
+            uploaded_end.get(StreamKey(plog.topic_id, plog.partition), 0)
+        )
         for i in range(first, len(entries)):
             link = entries[i].link
             if link is not None:

@@ -137,11 +137,11 @@ class LogStore:
     replay has started raises RegistrationClosed):
 
     - `register(StoreParticipant)`: a section of every SNAPSHOT and the CONTROL record kinds
-      it replays (group offsets, classic and KIP-848 groups: main_broker/group_wiring.py);
+      it replays (group offsets, classic and KIP-848 groups: main_broker/groups/wiring.py);
     - `listen_topic_deletions(TopicDeletionListener)`: told of every topic that leaves the
-      store (offsets of its partitions, its objects: main_broker/object_retention.py);
+      store (offsets of its partitions, its objects: main_broker/objects/retention.py);
     - `attach_objects(ObjectSource)`: the committed objects of every partition the store
-      makes, replays or takes over (main_broker/object_tier.py), when there is an object store.
+      makes, replays or takes over (main_broker/objects/tier.py), when there is an object store.
 
     The WAL and SNAPSHOT formats do not depend on who registered: a section without a
     participant is written empty, and records of a kind without one are skipped.
@@ -181,7 +181,7 @@ class LogStore:
         # The committed object manifest (None without an object store): state subscribers
         # get it whole, then the rows each commit changed.
         self.manifest: Manifest | None = None
-        # Small whole documents kept on the WAL, by name (main_broker/doc_store.py: a lone
+        # Small whole documents kept on the WAL, by name (main_broker/security/doc_store.py: a lone
         # main's ACLs and SCRAM credentials); the last one written wins, snapshots carry them.
         self.documents: dict[str, bytes] = {}
 
@@ -709,7 +709,7 @@ class LogStore:
             taken[0].replay_batch(data_header, memoryview(payload), ticket.position)
 
     def apply_takeover(self, header: dict[str, Any]) -> PartitionLog | None:
-        """A `takeover` CONTROL record (main_broker/reassignment.py): the partition restarts
+        """A `takeover` CONTROL record (main_broker/cluster/reassignment.py): the partition restarts
         at the adopted objects' end with the previous leader's producer state; the DATA
         records after it bring the taken-over tail."""
         plog = self.partition(header["t"], header["p"])

@@ -69,7 +69,7 @@ class PartitionLog:
         self.producers = ProducerStateTable()
         # Which main leads the partition: None is this broker. Only the leader appends.
         self.leader_id: int | None = None
-        # A reassignment moves the partition away (main_broker/reassignment.py): the leader
+        # A reassignment moves the partition away (main_broker/cluster/reassignment.py): the leader
         # appends no more, but keeps its un-uploaded batches (WAL retention, links floor)
         # until the new leader has taken them over.
         self.fenced = False
@@ -232,7 +232,7 @@ class PartitionLog:
     def reset_for_takeover(
         self, start: int, epoch: int, producer_rows: list[Any], floor: int = 0
     ) -> None:
-        """This main takes the partition over (a reassignment, main_broker/handoff.py): its
+        """This main takes the partition over (a reassignment, main_broker/cluster/handoff.py): its
         log restarts at `start`, where the adopted objects end, with the previous leader's
         producer state and log start floor (DeleteRecords); the taken-over tail batches are
         replayed after this."""

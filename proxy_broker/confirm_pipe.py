@@ -8,7 +8,7 @@ larger confirms while a lone request no longer waits for someone else's round tr
 
 RPC requests run as separate tasks on the main and may even arrive out of order, so each call
 carries a session id and a sequence number (0, 1, 2, ... per session); the main applies a
-session's confirms strictly in `seq` order (main_broker/confirm.py), which keeps an idempotent
+session's confirms strictly in `seq` order (main_broker/api/confirm.py), which keeps an idempotent
 producer's batches in order. A failed call starts a new session: the main may never have seen
 that `seq`, and later calls must not wait behind it. So does a pipe idle for a while: the main
 forgets idle sessions, and a restarted main knows none.

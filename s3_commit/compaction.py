@@ -1,6 +1,6 @@
 """Background compaction of a main's objects: which objects to rewrite, the batches the new
 objects carry, and the manifest swap. Pure, no I/O and no trio (the main's
-`main_broker.object_compaction` does the GETs, PUTs, CAS and deletes).
+`main_broker.objects.compaction` does the GETs, PUTs, CAS and deletes).
 
 Two kinds of job (issue 4, "Compaction and retention"):
 

@@ -24,9 +24,9 @@ from confluent_kafka.admin import (
 )
 
 from main_broker.broker import MainBroker
-from main_broker.cluster_view import LoneMain
+from main_broker.cluster.view import LoneMain
 from main_broker.config import BrokerConfig
-from main_broker.object_upload import stream_key
+from main_broker.objects.upload import stream_key
 from shared_wal import WalConfig
 from tests.ports import free_port
 

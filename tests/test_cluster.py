@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from fleet.config import load_fleet_config
-from main_broker.cluster_doc import ClusterDoc, DocFormatError, TopicExists
+from main_broker.cluster.doc import ClusterDoc, DocFormatError, TopicExists
 from s3_commit import FileObjectStore, PreconditionFailed
 from tests.fleet_process import FleetProcess
 from tests.ports import free_port_block

@@ -19,9 +19,9 @@ import pytest
 import trio
 
 from fleet.config import local_zones_fleet_toml
-from main_broker.cluster_doc import ClusterDoc
-from main_broker.cluster_sync import ClusterMetadata
-from main_broker.controller import membership
+from main_broker.cluster.controller import membership
+from main_broker.cluster.doc import ClusterDoc
+from main_broker.cluster.sync import ClusterMetadata
 from s3_commit import AsyncObjectStore, FileObjectStore, ObjectStore
 from s3_commit.lease import Lease, LeaseFormatError, LeaseKeeper, next_lease
 from s3_commit.node_registry import (

@@ -9,14 +9,7 @@ import time
 import pytest
 from kio.schema.errors import ErrorCode
 
-from main_broker.api_topics_admin import (
-    assignment_error,
-    create_partitions_error,
-    partitions_error,
-    replication_error,
-)
-from main_broker.cluster_doc import ClusterDoc, PartitionCountChanged, UnknownTopic
-from main_broker.config_changes import (
+from main_broker.api.config_changes import (
     OP_APPEND,
     OP_DELETE,
     OP_SET,
@@ -30,6 +23,13 @@ from main_broker.config_changes import (
     replace_topic_configs,
     topic_entries,
 )
+from main_broker.api.topics_admin import (
+    assignment_error,
+    create_partitions_error,
+    partitions_error,
+    replication_error,
+)
+from main_broker.cluster.doc import ClusterDoc, PartitionCountChanged, UnknownTopic
 from main_broker.topic_config import TOPIC_CONFIG_KEYS, TYPE_LIST, TYPE_LONG, EffectiveTopicConfig
 from zone_router import place_partitions
 

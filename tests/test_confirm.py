@@ -16,9 +16,9 @@ from kio.schema.errors import ErrorCode
 from internal_rpc import RpcError
 from internal_rpc.messages import BatchSummary, ConfirmParams, ConfirmPart
 from kafka_wire.record_batch import build_batch, parse_batch_header
+from main_broker.api.confirm import handle_confirm
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
-from main_broker.confirm import handle_confirm
 from main_broker.state_stream import publish_state
 from shared_wal import RecordType, WalConfig, WalWriter, open_wal_fs
 

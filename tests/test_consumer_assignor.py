@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from main_broker.consumer_assignor import Assignment, assign
-from main_broker.consumer_group import (
+from main_broker.groups.consumer_assignor import Assignment, assign
+from main_broker.groups.consumer_group import (
     FENCED_INSTANCE_ID,
     FENCED_MEMBER_EPOCH,
     INVALID_REGULAR_EXPRESSION,

@@ -1,4 +1,4 @@
-"""KIP-848 consumer groups on a main's WAL (main_broker.consumer_persistence): a coordinator
+"""KIP-848 consumer groups on a main's WAL (main_broker.groups.consumer_persistence): a coordinator
 restarted on the same WAL (replay, or the snapshot once old segments are trimmed) keeps every
 group's epochs, members and partitions, with no restart hold; plain heartbeats write nothing;
 a member that does not come back expires one session after recovery; a heartbeat whose record
@@ -13,9 +13,9 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from main_broker import group_admin
-from main_broker.consumer_record import consumer_header
 from main_broker.group_config import GroupConfig
+from main_broker.groups import admin as group_admin
+from main_broker.groups.consumer_record import consumer_header
 from shared_wal import RecordType, WalConfig, WalReader, open_wal_fs, storage
 from shared_wal import broker_records as wal_records
 from tests.test_group_deletion import _heartbeat

@@ -1,16 +1,16 @@
-"""The durable records of a KIP-848 consumer group (main_broker.consumer_record): golden bytes of
-`consumer_group` CONTROL headers (docs/formats.md), records adding up (partial ones, replayed
-again after a snapshot), and the group rebuilt from them carrying on exactly as the group they
-were recorded from."""
+"""The durable records of a KIP-848 consumer group (main_broker.groups.consumer_record): golden
+bytes of `consumer_group` CONTROL headers (docs/formats.md), records adding up (partial ones,
+replayed again after a snapshot), and the group rebuilt from them carrying on exactly as the group
+they were recorded from."""
 
 from __future__ import annotations
 
 import msgpack
 import pytest
 
-from main_broker.consumer_assignor import Assignment
-from main_broker.consumer_group import ConsumerGroup, HeartbeatInput, MemberState
-from main_broker.consumer_record import (
+from main_broker.groups.consumer_assignor import Assignment
+from main_broker.groups.consumer_group import ConsumerGroup, HeartbeatInput, MemberState
+from main_broker.groups.consumer_record import (
     StoredGroup,
     apply_record,
     consumer_header,

@@ -6,7 +6,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from main_broker.api_topics_admin import (
+from main_broker.api.topics_admin import (
     NAME_AND_ID,
     NAME_OF_GIVEN_ID,
     NEITHER_NAME_NOR_ID,

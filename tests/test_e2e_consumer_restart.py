@@ -1,5 +1,5 @@
 """KIP-848 consumer groups outlive a restart of their coordinating main (consumer_group records
-on the WAL, main_broker/consumer_persistence.py), with librdkafka `group.protocol=consumer`
+on the WAL, main_broker/groups/consumer_persistence.py), with librdkafka `group.protocol=consumer`
 members through zone proxies.
 
 The fleet is test_consumer_protocol's (`zonefleet up --zones 3`, 6 s KIP-848 sessions, 500 ms

@@ -1,5 +1,5 @@
 """Classic consumer groups outlive a restart of their coordinating main (membership on the WAL,
-main_broker/group_persistence.py), with real clients through zone proxies.
+main_broker/groups/persistence.py), with real clients through zone proxies.
 
 One `zonefleet up --zones 3` for the module; `restart_main` SIGTERMs the group's coordinator and
 `up` starts it again on the same WAL. The members of before keep heartbeating: no new

@@ -18,8 +18,8 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i32, i32Timedelta
 
 from kafka_wire.codec import build_response
-from main_broker import group_handlers
-from main_broker.group_coordinator import CommittedOffset, GroupConfig, GroupCoordinator
+from main_broker.api import groups as group_handlers
+from main_broker.groups.coordinator import CommittedOffset, GroupConfig, GroupCoordinator
 
 E_NONE = int(ErrorCode.none)
 E_MEMBER_ID_REQUIRED = int(ErrorCode.member_id_required)

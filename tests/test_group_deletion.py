@@ -1,4 +1,4 @@
-"""DeleteGroups and OffsetDelete over classic and KIP-848 groups (main_broker.group_admin), and
+"""DeleteGroups and OffsetDelete over classic and KIP-848 groups (main_broker.groups.admin), and
 the consumer coordinator's edge (topic ids, session timers) on the trio clock."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from main_broker import group_admin
-from main_broker.consumer_coordinator import ConsumerCoordinator
 from main_broker.group_config import GroupConfig
-from main_broker.group_coordinator import GroupCoordinator
+from main_broker.groups import admin as group_admin
+from main_broker.groups.consumer_coordinator import ConsumerCoordinator
+from main_broker.groups.coordinator import GroupCoordinator
 from tests.test_group_coordinator import join_known, sync
 
 TOPIC_IDS = {"t": uuid.UUID(int=1), "u": uuid.UUID(int=2)}

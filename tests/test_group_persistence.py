@@ -1,4 +1,4 @@
-"""Classic group membership on a main's WAL (main_broker.group_persistence): a coordinator
+"""Classic group membership on a main's WAL (main_broker.groups.persistence): a coordinator
 restarted on the same WAL (replay, or the snapshot once old segments are trimmed) keeps its
 groups' generation and members; a member that does not come back expires; a generation that
 cannot be written is answered COORDINATOR_NOT_AVAILABLE. Real WAL files, real log store."""
@@ -13,14 +13,14 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from main_broker import group_admin
 from main_broker.broker import _OffsetStore
-from main_broker.consumer_coordinator import ConsumerCoordinator
-from main_broker.consumer_persistence import WalConsumerGroups
 from main_broker.group_config import GroupConfig
-from main_broker.group_coordinator import GroupCoordinator
-from main_broker.group_persistence import WalMembership
-from main_broker.group_wiring import (
+from main_broker.groups import admin as group_admin
+from main_broker.groups.consumer_coordinator import ConsumerCoordinator
+from main_broker.groups.consumer_persistence import WalConsumerGroups
+from main_broker.groups.coordinator import GroupCoordinator
+from main_broker.groups.persistence import WalMembership
+from main_broker.groups.wiring import (
     consumer_groups,
     persist_consumer_groups,
     persist_membership,

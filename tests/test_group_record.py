@@ -1,4 +1,4 @@
-"""The durable record of a classic group's membership (main_broker.group_record): golden bytes
+"""The durable record of a classic group's membership (main_broker.groups.record): golden bytes
 of the `classic_group` CONTROL header (docs/formats.md), decoding, and the group rebuilt from it."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from main_broker.classic_group import ClassicGroup, ClassicMember, GroupState
-from main_broker.group_record import (
+from main_broker.groups.classic import ClassicGroup, ClassicMember, GroupState
+from main_broker.groups.record import (
     GroupRecord,
     StoredMember,
     dead_header,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import trio
 
+from main_broker.cluster.reassignment import Move, TailCollector, takeover_header
 from main_broker.producer_state import Verdict
-from main_broker.reassignment import Move, TailCollector, takeover_header
 from shared_wal import WalConfig, WalReader, open_wal_fs, storage
 from tests.test_log_store import _open, _produce, _values
 

@@ -28,7 +28,7 @@ from kafka_wire.hot_codecs import FetchPartitionResult, ProducePartitionResult
 from kafka_wire.leader_hints import fill_fetch_hints, fill_produce_hints
 from kafka_wire.record_batch import build_batch
 from main_broker.broker import MainBroker
-from main_broker.cluster_doc import ClusterDoc
+from main_broker.cluster.doc import ClusterDoc
 from proxy_broker.broker import ProxyBroker
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import write_zones_toml

@@ -14,8 +14,8 @@ import trio.testing
 
 from kafka_wire.record_batch import build_batch, decode_records_for_tools
 from main_broker.appender import Appended, Appender
-from main_broker.group_offsets import CommittedOffset
-from main_broker.group_wiring import GroupOffsetsOnWal
+from main_broker.groups.offsets import CommittedOffset
+from main_broker.groups.wiring import GroupOffsetsOnWal
 from main_broker.log_store import LogStore, RegistrationClosed
 from main_broker.producer_state import Verdict
 from shared_wal import (

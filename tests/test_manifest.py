@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kafka_wire.record_batch import build_batch, parse_batch_header
-from main_broker.object_upload import UploadTracker, retention_floor, stream_key
+from main_broker.objects.upload import UploadTracker, retention_floor, stream_key
 from main_broker.partition_log import ObjectSpan, PartitionLog
 from main_broker.topic_config import EffectiveTopicConfig
 from s3_commit import AsyncObjectStore, ConditionalPutUnknown, FileObjectStore

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from internal_rpc import RpcClient
 from internal_rpc.state_frames import PartitionRow
 from kafka_wire.record_batch import build_batch
-from main_broker.reassignment import Move, Tail, takeover_header
+from main_broker.cluster.reassignment import Move, Tail, takeover_header
 from proxy_broker.config import MainEndpoint
 from proxy_broker.mirror import MainMirror, MirrorCache
 from proxy_broker.object_reads import ObjectSpan

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
-from main_broker.object_tier import ObjectTier
+from main_broker.objects.tier import ObjectTier
 from proxy_broker.broker import ProxyBroker
 from s3_commit import AsyncObjectStore, ObjectStoreError, open_object_store
 from s3_commit.manifest import Manifest, manifest_key

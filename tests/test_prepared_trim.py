@@ -22,10 +22,10 @@ import trio
 from fleet.config import FleetConfig, load_fleet_config
 from kafka_wire.errors import WAL_FULL, WAL_FULL_MESSAGE
 from kafka_wire.record_batch import build_batch
-from main_broker import object_tier
 from main_broker.broker import MainBroker
 from main_broker.links_floor import links_floor, lower
-from main_broker.object_upload import stream_key
+from main_broker.objects import tier as object_tier
+from main_broker.objects.upload import stream_key
 from proxy_broker.broker import ProxyBroker
 from proxy_broker.mirror import MainMirror
 from proxy_broker.prepared_trim import prepared_floor

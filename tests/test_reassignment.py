@@ -1,4 +1,4 @@
-"""The pure core of partition reassignment (main_broker/reassignment.py): the move record in
+"""The pure core of partition reassignment (main_broker/cluster/reassignment.py): the move record in
 the cluster document and its golden bytes, the transitions and the errors Kafka gives, the
 listing, and which of the source's WAL records the target takes over."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from main_broker.cluster_doc import ClusterDoc, DocFormatError
-from main_broker.reassignment import (
+from main_broker.cluster.doc import ClusterDoc, DocFormatError
+from main_broker.cluster.reassignment import (
     CONTROL,
     DATA,
     FENCING,

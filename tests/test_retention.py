@@ -25,8 +25,7 @@ from kio.schema.errors import ErrorCode
 from kafka_wire.record_batch import build_batch, parse_batch_header
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
-from main_broker.partition_log import PartitionLog
-from main_broker.retention_policy import (
+from main_broker.objects.retention_policy import (
     StreamRetention,
     apply_retention,
     expired_log_start,
@@ -35,6 +34,7 @@ from main_broker.retention_policy import (
     unreferenced,
     without_topics,
 )
+from main_broker.partition_log import PartitionLog
 from main_broker.topic_config import EffectiveTopicConfig
 from proxy_broker.broker import ProxyBroker
 from s3_commit import open_object_store

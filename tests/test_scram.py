@@ -1,5 +1,5 @@
 """SCRAM derivation (RFC 5802 / RFC 7677 test vectors) and AlterUserScramCredentials' and
-DescribeUserScramCredentials' rules as Kafka 4.x applies them (main_broker/scram.py)."""
+DescribeUserScramCredentials' rules as Kafka 4.x applies them (main_broker/security/scram.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import hmac
 
 from kio.schema.errors import ErrorCode
 
-from main_broker.scram import (
+from main_broker.security.scram import (
     AlterResult,
     Deletion,
     ScramCredential,

@@ -1,5 +1,6 @@
 """The ACL and SCRAM documents: golden bytes (docs/formats.md), and both places a main keeps
-them (main_broker/doc_store.py): the object store by compare-and-swap, a lone main's WAL."""
+them (main_broker/security/doc_store.py): the object store by compare-and-swap, a lone main's
+WAL."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import msgpack
 import pytest
 import trio
 
-from main_broker.acl_rules import AclBinding
-from main_broker.doc_store import ObjectDocuments, WalDocuments
-from main_broker.scram import derive_credential, server_key, stored_key
-from main_broker.security_docs import AclsDoc, ScramDoc, SecurityDocError
+from main_broker.security.acl_rules import AclBinding
+from main_broker.security.doc_store import ObjectDocuments, WalDocuments
+from main_broker.security.docs import AclsDoc, ScramDoc, SecurityDocError
+from main_broker.security.scram import derive_credential, server_key, stored_key
 from s3_commit import AsyncObjectStore, FileObjectStore
 from shared_wal import WalConfig
 from shared_wal import broker_records as wal_records

@@ -42,8 +42,8 @@ from kafka_wire.record_batch import (
     null_key_indexes,
     parse_batch_header,
 )
+from main_broker.objects.retention_policy import apply_log_starts, pending_log_starts
 from main_broker.partition_log import PartitionLog
-from main_broker.retention_policy import apply_log_starts, pending_log_starts
 from main_broker.topic_config import EffectiveTopicConfig
 from proxy_broker.relay_plan import plan_relay
 from s3_commit.manifest import Manifest, ObjectRange, StreamKey, StreamManifest

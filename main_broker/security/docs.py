@@ -1,0 +1,149 @@
+"""The access-list and SCRAM-credential documents: their bytes and their changes.
+
+Pure data; `main_broker.security.doc_store` keeps them durable (object store by compare-and-swap
+with several mains, the WAL for a lone main). UTF-8 JSON without spaces (docs/formats.md, "ACL
+and SCRAM documents"):
+
+    acls.json:  {"format": 1, "version": int,
+                 "acls": [[resource type, name, pattern type, principal, host, operation,
+                           permission], ...]}                          # sorted, no duplicates
+    scram.json: {"format": 1, "version": int,
+                 "users": {user: {mechanism name: {"salt": b64, "stored_key": b64,
+                                                   "server_key": b64, "iterations": int}}}}
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from main_broker.security.acl_rules import AclBinding
+from main_broker.security.scram import MECHANISMS, ScramCredential
+
+__all__ = ["ACLS_DOC", "SCRAM_DOC", "AclsDoc", "ScramDoc", "SecurityDocError"]
+
+FORMAT = 1
+ACLS_DOC = "acls"
+SCRAM_DOC = "scram"
+_MECHANISM_TYPES = {name: code for code, (name, _) in MECHANISMS.items()}
+
+
+class SecurityDocError(ValueError):
+    pass
+
+
+def _load(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise SecurityDocError(f"{what} document is not JSON: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise SecurityDocError(f"not a format-{FORMAT} {what} document")
+    if not isinstance(raw.get("version"), int):
+        raise SecurityDocError(f"{what} document has no integer version")
+    return raw
+
+
+def _dump(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class AclsDoc:
+    version: int = 0
+    acls: frozenset[AclBinding] = frozenset()
+
+    def to_bytes(self) -> bytes:
+        rows = [
+            [
+                b.resource_type,
+                b.name,
+                b.pattern_type,
+                b.principal,
+                b.host,
+                b.operation,
+                b.permission,
+            ]
+            for b in sorted(self.acls)
+        ]
+        return _dump({"format": FORMAT, "version": self.version, "acls": rows})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> AclsDoc:
+        raw = _load(data, "ACL")
+        try:
+            acls = frozenset(_binding(row) for row in raw["acls"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SecurityDocError(f"corrupt ACL document: {exc!r}") from None
+        return cls(raw["version"], acls)
+
+    def with_acls(self, added: Iterable[AclBinding]) -> AclsDoc:
+        new = self.acls | frozenset(added)
+        return self if new == self.acls else AclsDoc(self.version + 1, new)
+
+    def without_acls(self, removed: Iterable[AclBinding]) -> AclsDoc:
+        new = self.acls - frozenset(removed)
+        return self if new == self.acls else AclsDoc(self.version + 1, new)
+
+
+def _binding(row: Any) -> AclBinding:
+    rt, name, pt, principal, host, op, perm = row
+    ints, strs = (rt, pt, op, perm), (name, principal, host)
+    if not all(type(x) is int for x in ints) or not all(isinstance(x, str) for x in strs):
+        raise ValueError(f"bad ACL row {row!r}")
+    return AclBinding(rt, name, pt, principal, host, op, perm)
+
+
+@dataclass(frozen=True)
+class ScramDoc:
+    version: int = 0
+    credentials: dict[tuple[str, int], ScramCredential] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        users: dict[str, dict[str, Any]] = {}
+        for (user, mech), c in sorted(self.credentials.items()):
+            users.setdefault(user, {})[MECHANISMS[mech][0]] = {
+                "salt": _b64(c.salt),
+                "stored_key": _b64(c.stored_key),
+                "server_key": _b64(c.server_key),
+                "iterations": c.iterations,
+            }
+        return _dump({"format": FORMAT, "version": self.version, "users": users})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ScramDoc:
+        raw = _load(data, "SCRAM")
+        creds: dict[tuple[str, int], ScramCredential] = {}
+        try:
+            for user, mechs in raw["users"].items():
+                for mech_name, c in mechs.items():
+                    if type(c["iterations"]) is not int:
+                        raise ValueError(f"iterations of {user!r} is not an integer")
+                    creds[(user, _MECHANISM_TYPES[mech_name])] = ScramCredential(
+                        _unb64(c["salt"]),
+                        _unb64(c["stored_key"]),
+                        _unb64(c["server_key"]),
+                        c["iterations"],
+                    )
+        except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
+            raise SecurityDocError(f"corrupt SCRAM document: {exc!r}") from None
+        return cls(raw["version"], creds)
+
+    def with_credentials(self, credentials: dict[tuple[str, int], ScramCredential]) -> ScramDoc:
+        if credentials == self.credentials:
+            return self
+        return ScramDoc(self.version + 1, dict(credentials))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: Any) -> bytes:
+    if not isinstance(text, str):
+        raise ValueError("not base64 text")
+    return base64.b64decode(text, validate=True)
