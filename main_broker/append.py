@@ -50,7 +50,7 @@ class PendingAppends:
                     result.error_code = ErrorCode.kafka_storage_error
                     result.error_message = "WAL write failed"
                 else:
-                    if broker.cluster is not None and not broker.cluster.may_acknowledge(plog):
+                    if not broker.cluster.may_acknowledge(plog):
                         # Durable, but another main may already have taken the partition over
                         # from a WAL read before this landed: the client must not count on it.
                         result.error_code = ErrorCode.not_leader_or_follower
