@@ -11,7 +11,7 @@ group commit and the waiting request.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -23,9 +23,30 @@ from main_broker.partition_log import PartitionLog
 from shared_wal import AppendTicket, WalError
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker
+    from main_broker.log_store import LogStore
 
 DUPLICATE_WAIT_SECONDS = 30.0
+
+
+class Acknowledger(Protocol):
+    """Whether a durable append may be acknowledged (`main_broker.cluster.view.ClusterView`
+    is one)."""
+
+    def may_acknowledge(self, plog: PartitionLog) -> bool: ...
+
+
+class AppendHost(Protocol):
+    """What appending uses of its broker (`main_broker.broker.MainBroker` is one, through
+    `main_broker.api.services.BrokerServices`)."""
+
+    @property
+    def store(self) -> LogStore: ...
+    @property
+    def cluster(self) -> Acknowledger: ...
+    @property
+    def storage_failed(self) -> bool: ...
+
+    def mark_storage_failed(self, exc: BaseException) -> None: ...
 
 
 class PendingAppends:
@@ -37,7 +58,7 @@ class PendingAppends:
         self.appends: list[tuple[ProducePartitionResult, PartitionLog, AppendTicket]] = []
         self.duplicates: list[tuple[ProducePartitionResult, Duplicate]] = []
 
-    async def wait(self, broker: MainBroker, timeout_s: float) -> None:
+    async def wait(self, broker: AppendHost, timeout_s: float) -> None:
         """Wait for durability; appends still pending after the timeout get REQUEST_TIMED_OUT."""
         waiting = list(self.appends)
         with trio.move_on_after(max(timeout_s, 0.0) + DUPLICATE_WAIT_SECONDS):
@@ -68,7 +89,7 @@ class PendingAppends:
 
 
 def append_partition(
-    broker: MainBroker, decision: Decision, result: ProducePartitionResult, pending: PendingAppends
+    broker: AppendHost, decision: Decision, result: ProducePartitionResult, pending: PendingAppends
 ) -> None:
     """Carry out one decision of the appender: fill `result` and, for an append, submit its
     WAL record (sync, no checkpoint)."""

@@ -8,7 +8,6 @@ import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -42,6 +41,7 @@ from main_broker.api import topics_admin as api_topics_admin
 from main_broker.api.confirm import ConfirmSequencer, handle_confirm
 from main_broker.api.produce import begin_produce
 from main_broker.api.reassign import REASSIGN_APIS, REASSIGN_HANDLERS
+from main_broker.api.services import Handler
 from main_broker.appender import Appender
 from main_broker.cluster.role import ClusterRole, TopicExists
 from main_broker.cluster.view import ClusterView, LoneMain
@@ -59,6 +59,7 @@ from main_broker.log_store import LogStore
 from main_broker.objects.retention import ObjectRetention
 from main_broker.objects.tier import ObjectTier
 from main_broker.partition_log import PartitionLog
+from main_broker.request import RequestContext
 from main_broker.security.state import SecurityState
 from main_broker.state_stream import publish_state
 from shared_wal import WalReader, WalWriter, open_wal_fs
@@ -121,15 +122,6 @@ def advertised_versions() -> dict[int, tuple[int, int]]:
         if lo <= hi:
             out[key] = (lo, hi)
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    header: RequestHeader
-    conn: ConnectionInfo
-
-
-Handler = Callable[["MainBroker", RequestContext, Any], Awaitable[Any]]
 
 
 class MainBroker:

@@ -2,9 +2,11 @@
 
 main_broker: the core modules at its top level (everything but broker.py) import no
 sub-package; each sub-package imports only the core and the sub-packages below it in LAYERS,
-type-only imports included, so there is no cycle between them; only the request handlers
-(`api`) see main_broker.broker, and only under TYPE_CHECKING; every sub-package says in its
-__init__.py what it is for and what it may import.
+type-only imports included, so there is no cycle between them; no module of main_broker but
+broker.py itself imports main_broker.broker, not even under TYPE_CHECKING (the request
+handlers see the broker as `main_broker.api.services.BrokerServices`, the other sub-packages
+and the core through their own Protocols); every sub-package says in its __init__.py what it
+is for and what it may import.
 
 Top level: fleet -> main_broker, proxy_broker (and cost_report) -> the shared lower packages;
 nothing imports fleet, and main_broker and proxy_broker never import each other.
@@ -21,9 +23,6 @@ MAIN = ROOT / "main_broker"
 
 # main_broker's sub-packages, lowest first: each may import the core and those before it.
 LAYERS = ["security", "objects", "groups", "cluster", "api"]
-# The request handlers are the broker's own methods split by API family: broker.py imports
-# them, they name the broker's type (type-only). Every other sub-package sees a Protocol.
-MAY_SEE_BROKER = {"api"}
 
 LOWER = {"kafka_wire", "internal_rpc", "zone_router", "shared_wal", "s3_commit", "telemetry"}
 PRODUCT = LOWER | {"main_broker", "proxy_broker", "cost_report", "fleet"}
@@ -127,27 +126,33 @@ def test_every_subpackage_is_a_layer_with_a_docstring() -> None:
 
 def test_subpackages_import_only_downward() -> None:
     wrong = []
-    for importer, imported, line, type_only in _main_edges():
+    for importer, imported, line, _type_only in _main_edges():
         src, dst = _layer(importer), _layer(imported)
         where = f"{importer}:{line} imports {imported}"
-        if src in ("core", "broker"):
-            continue
-        if dst == "broker":
-            if src not in MAY_SEE_BROKER:
-                wrong.append(f"{where}: only {sorted(MAY_SEE_BROKER)} may see the broker")
-            elif not type_only:
-                wrong.append(f"{where}: the broker imports {src}, so only under TYPE_CHECKING")
-        elif dst != "core" and LAYERS.index(dst) > LAYERS.index(src):
+        if src in ("core", "broker") or dst == "broker":
+            continue  # the broker's own imports; importing it: test_nothing_imports_the_broker
+        if dst != "core" and LAYERS.index(dst) > LAYERS.index(src):
             wrong.append(f"{where}: {dst} is above {src} in LAYERS")
     assert not wrong, "\n".join(wrong)
+
+
+def test_nothing_imports_the_broker() -> None:
+    """broker.py imports the handlers and every sub-package, so any import of it from
+    main_broker, even type-only, is a cycle: the others see the broker through Protocols
+    (mypy checks that `MainBroker` satisfies them where broker.py passes `self`)."""
+    wrong = [
+        f"{importer}:{line} imports {imported}" + (" (type-only)" if type_only else "")
+        for importer, imported, line, type_only in _main_edges()
+        if _layer(imported) == "broker"
+    ]
+    assert not wrong, "only broker.py may import main_broker.broker:\n" + "\n".join(wrong)
 
 
 def test_core_imports_no_subpackage() -> None:
     wrong = [
         f"{importer}:{line} imports {imported}"
-        for importer, imported, line, type_only in _main_edges()
-        if _layer(importer) == "core"
-        and (_layer(imported) in LAYERS or (_layer(imported) == "broker" and not type_only))
+        for importer, imported, line, _type_only in _main_edges()
+        if _layer(importer) == "core" and _layer(imported) in LAYERS
     ]
     assert not wrong, "the core is the bottom layer:\n" + "\n".join(wrong)
 

@@ -2,6 +2,8 @@
 request context and the decoded request), the group requests' glue, config change validation,
 and the zone proxies' confirm.
 
-The top layer, next to main_broker.broker: may import the core modules and every other
-sub-package, and main_broker.broker under TYPE_CHECKING only (broker.py imports the handlers).
+The top layer, under main_broker.broker only: may import the core modules and every other
+sub-package, never main_broker.broker (broker.py imports the handlers), not even under
+TYPE_CHECKING: the handlers see the broker as `services.BrokerServices`, a Protocol that
+`MainBroker` satisfies (mypy checks it where broker.py hands the handlers `self`).
 """

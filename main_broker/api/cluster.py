@@ -11,7 +11,8 @@ from kio.schema.errors import ErrorCode
 from main_broker.api.topics_admin import topic_name_error
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker, RequestContext
+    from main_broker.api.services import BrokerServices
+    from main_broker.request import RequestContext
 
 log = logging.getLogger("zonefleet.main_broker.admin")
 
@@ -22,7 +23,7 @@ def _uuid(raw: bytes) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
 
-def _broker_entries(broker: MainBroker) -> list[dict[str, Any]]:
+def _broker_entries(broker: BrokerServices) -> list[dict[str, Any]]:
     return [
         {
             "node_id": m.node_id,
@@ -35,7 +36,7 @@ def _broker_entries(broker: MainBroker) -> list[dict[str, Any]]:
     ]
 
 
-def _controller_id(broker: MainBroker) -> int:
+def _controller_id(broker: BrokerServices) -> int:
     return broker.cluster.main_ids[0]
 
 
@@ -72,7 +73,7 @@ def _topic_ids_refused(version: int, requested: Any) -> dict[str, Any] | None:
     }
 
 
-async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def metadata(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     store = broker.store
     version = ctx.header.api_version
     requested = getattr(req, "topics", None)
@@ -141,7 +142,7 @@ async def metadata(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[st
     }
 
 
-def topic_metadata(broker: MainBroker, name: str) -> dict[str, Any]:
+def topic_metadata(broker: BrokerServices, name: str) -> dict[str, Any]:
     state = broker.store.topics[name]
     node = broker.config.node_id
     return {
@@ -165,7 +166,7 @@ def topic_metadata(broker: MainBroker, name: str) -> dict[str, Any]:
     }
 
 
-async def describe_cluster(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def describe_cluster(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if getattr(req, "endpoint_type", 1) not in (1,):
         return {
             "error_code": ErrorCode.unsupported_endpoint_type,
@@ -183,7 +184,7 @@ async def describe_cluster(broker: MainBroker, ctx: RequestContext, req: Any) ->
     }
 
 
-async def find_coordinator(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def find_coordinator(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     key_type = getattr(req, "key_type", 0)
     keys = list(req.coordinator_keys) if hasattr(req, "coordinator_keys") else [req.key]
     coordinators = []
@@ -218,7 +219,7 @@ async def find_coordinator(broker: MainBroker, ctx: RequestContext, req: Any) ->
     return {"coordinators": coordinators}
 
 
-async def init_producer_id(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def init_producer_id(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if getattr(req, "transactional_id", None):
         return {
             "error_code": ErrorCode.transactional_id_authorization_failed,

@@ -23,7 +23,8 @@ from main_broker.api.config_changes import (
 from main_broker.cluster.doc import UnknownTopic
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker, RequestContext
+    from main_broker.api.services import BrokerServices
+    from main_broker.request import RequestContext
 
 log = logging.getLogger("zonefleet.main_broker.configs")
 
@@ -33,7 +34,7 @@ RESOURCE_BROKER = 4
 ConfigChange = Callable[[dict[str, str]], dict[str, str]]
 
 
-def broker_config_values(broker: MainBroker, node_id: int) -> dict[str, str]:
+def broker_config_values(broker: BrokerServices, node_id: int) -> dict[str, str]:
     c = broker.config
     return {
         "broker.id": str(node_id),
@@ -71,7 +72,7 @@ def _unknown_topic(name: str) -> tuple[ErrorCode, str]:
     return ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
 
 
-async def describe_configs(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def describe_configs(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     include_synonyms = bool(getattr(req, "include_synonyms", False))
     include_docs = bool(getattr(req, "include_documentation", False))
     defaults = broker.config.topic_defaults
@@ -120,7 +121,7 @@ def _named_twice(resources: Any) -> set[tuple[int, str]]:
     return twice
 
 
-async def alter_configs(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def alter_configs(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     """AlterConfigs: each resource's entries replace its whole explicit set."""
     responses = []
     twice = _named_twice(req.resources)
@@ -139,7 +140,7 @@ async def alter_configs(broker: MainBroker, ctx: RequestContext, req: Any) -> di
 
 
 async def incremental_alter_configs(
-    broker: MainBroker, ctx: RequestContext, req: Any
+    broker: BrokerServices, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on the current set."""
     responses = []
@@ -161,7 +162,7 @@ async def incremental_alter_configs(
 
 
 async def _alter(
-    broker: MainBroker, res: Any, names: list[str], change: ConfigChange, validate_only: bool
+    broker: BrokerServices, res: Any, names: list[str], change: ConfigChange, validate_only: bool
 ) -> dict[str, Any]:
     if res.resource_type == RESOURCE_BROKER:
         if _broker_id(res.resource_name) is None:

@@ -33,7 +33,7 @@ from main_broker.append import PendingAppends, append_partition
 from shared_wal import WalError, WalPosition
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker
+    from main_broker.api.services import BrokerServices
 
 log = logging.getLogger("zonefleet.main_broker.confirm")
 
@@ -96,7 +96,7 @@ def _answer(results: list[ProducePartitionResult]) -> dict[str, Any]:
     return ConfirmResult(tuple(PartitionOutcome.of(r) for r in results)).to_wire()
 
 
-def _needs_records(broker: MainBroker, part: ConfirmPart) -> bool:
+def _needs_records(broker: BrokerServices, part: ConfirmPart) -> bool:
     """Whether the decision needs the batch's bytes: a confirm of the previous version (no
     header summary), or a compacted topic's batch (the keyless record check)."""
     if part.batch is None:
@@ -105,7 +105,7 @@ def _needs_records(broker: MainBroker, part: ConfirmPart) -> bool:
     return plog is not None and plog.config.compacted
 
 
-async def handle_confirm(broker: MainBroker, params: dict[str, Any]) -> dict[str, Any]:
+async def handle_confirm(broker: BrokerServices, params: dict[str, Any]) -> dict[str, Any]:
     """The `confirm` RPC handler: `params` is a `ConfirmParams` on the wire (a malformed one
     raises `MalformedMessage`, which the caller gets as the error), the answer a
     `ConfirmResult`. The appender decides each part from its header summary; the payload is

@@ -21,7 +21,8 @@ from main_broker.security.acl_rules import ResourceType, authorized_operations
 from s3_commit.manifest import manifest_key
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker, RequestContext
+    from main_broker.api.services import BrokerServices
+    from main_broker.request import RequestContext
 
 # Kafka's max.request.partition.size.limit default: partitions per DescribeTopicPartitions answer.
 MAX_PARTITIONS_PER_RESPONSE = 2000
@@ -35,7 +36,7 @@ _disk_usage_limiter = trio.CapacityLimiter(1)
 
 
 async def describe_topic_partitions(
-    broker: MainBroker, ctx: RequestContext, req: Any
+    broker: BrokerServices, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     store = broker.store
     await broker.cluster.refresh()  # a topic another main created moments ago
@@ -94,7 +95,7 @@ async def describe_topic_partitions(
 # -- DescribeLogDirs ----------------------------------------------------------------------------
 
 
-def _wanted(broker: MainBroker, req: Any) -> list[tuple[str, list[PartitionLog]]]:
+def _wanted(broker: BrokerServices, req: Any) -> list[tuple[str, list[PartitionLog]]]:
     """The led partitions the request names (every led partition when topics is null)."""
     store = broker.store
     out: list[tuple[str, list[PartitionLog]]] = []
@@ -143,7 +144,9 @@ async def _disk_usage(url: str) -> tuple[int, int]:
     return usage.total, usage.free
 
 
-async def describe_log_dirs(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def describe_log_dirs(
+    broker: BrokerServices, ctx: RequestContext, req: Any
+) -> dict[str, Any]:
     cfg = broker.config
     wanted = _wanted(broker, req)
     wal_dir = f"{cfg.wal_url.rstrip('/')}/{cfg.wal_writer_id}"
@@ -189,7 +192,9 @@ def _log_dir(
 # -- DescribeProducers ----------------------------------------------------------------------
 
 
-async def describe_producers(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def describe_producers(
+    broker: BrokerServices, ctx: RequestContext, req: Any
+) -> dict[str, Any]:
     topics_out = []
     for topic in req.topics:
         parts_out = []
@@ -225,7 +230,7 @@ async def describe_producers(broker: MainBroker, ctx: RequestContext, req: Any) 
 
 
 async def get_telemetry_subscriptions(
-    broker: MainBroker, ctx: RequestContext, req: Any
+    broker: BrokerServices, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     """No metrics are requested, so KIP-714 clients do not push (and PushTelemetry is not
     offered); a client without an instance id gets one, as the protocol requires."""

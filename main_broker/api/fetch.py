@@ -16,7 +16,8 @@ from main_broker.log_store import TopicState
 from main_broker.partition_log import BatchEntry, leader_error
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker, RequestContext
+    from main_broker.api.services import BrokerServices
+    from main_broker.request import RequestContext
 
 log = logging.getLogger("zonefleet.main_broker.fetch")
 
@@ -31,7 +32,7 @@ class _BrokerFetchSource:
 
     __slots__ = ("_broker",)
 
-    def __init__(self, broker: MainBroker) -> None:
+    def __init__(self, broker: BrokerServices) -> None:
         self._broker = broker
 
     def topic_by_name(self, name: str) -> TopicState | None:
@@ -51,7 +52,7 @@ class _BrokerFetchSource:
         self._broker.metrics.bytes_out.labels(topic).inc(nbytes)
 
 
-async def fetch(broker: MainBroker, ctx: RequestContext, req: Any) -> Sequence[Buffer]:
+async def fetch(broker: BrokerServices, ctx: RequestContext, req: Any) -> Sequence[Buffer]:
     header = ctx.header
     return await serve_fetch(
         _BrokerFetchSource(broker),
@@ -63,7 +64,7 @@ async def fetch(broker: MainBroker, ctx: RequestContext, req: Any) -> Sequence[B
 
 
 async def _record_offset_at(
-    broker: MainBroker, entry: BatchEntry, target: int | None
+    broker: BrokerServices, entry: BatchEntry, target: int | None
 ) -> tuple[int, int]:
     """(offset, timestamp) of the first record with timestamp >= target, or of the max timestamp
     record when target is None. Exact for uncompressed batches; a compressed batch answers its
@@ -82,7 +83,7 @@ async def _record_offset_at(
     return entry.base_offset, entry.max_timestamp
 
 
-async def list_offsets(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def list_offsets(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics_out = []
     for topic in req.topics:
         parts_out = []

@@ -24,12 +24,13 @@ from kafka_wire.topic_bytes import TopicFinish
 from main_broker.append import PendingAppends, append_partition
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker, RequestContext
+    from main_broker.api.services import BrokerServices
+    from main_broker.request import RequestContext
 
 log = logging.getLogger("zonefleet.main_broker.produce")
 
 
-def begin_produce(broker: MainBroker, ctx: RequestContext, frame: bytearray) -> TopicFinish:
+def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
     try:
         req = decode_produce_request(header.api_version, memoryview(frame), header.size)

@@ -24,13 +24,14 @@ from main_broker.cluster.reassignment import (
 from s3_commit import ObjectStoreError
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker, RequestContext
+    from main_broker.api.services import BrokerServices
+    from main_broker.request import RequestContext
 
 PREFERRED, UNCLEAN = 0, 1
 
 
 async def alter_partition_reassignments(
-    broker: MainBroker, ctx: RequestContext, req: Any
+    broker: BrokerServices, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     """One CAS of the document for the whole request; each partition's outcome is decided
     on the copy that CAS started from (and decided again when it has to retry)."""
@@ -90,7 +91,7 @@ async def alter_partition_reassignments(
 
 
 async def list_partition_reassignments(
-    broker: MainBroker, ctx: RequestContext, req: Any
+    broker: BrokerServices, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     await broker.cluster.refresh()
     wanted = None
@@ -106,7 +107,7 @@ async def list_partition_reassignments(
     }
 
 
-async def elect_leaders(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def elect_leaders(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     """As Kafka's controller answers with one replica per partition: that replica leads, so
     a preferred or unclean election is ELECTION_NOT_NEEDED; unknown partitions get
     UNKNOWN_TOPIC_OR_PARTITION; a request for all partitions lists none (Kafka leaves out

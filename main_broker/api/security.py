@@ -28,7 +28,8 @@ from s3_commit import ObjectStoreError
 from shared_wal import WalError
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker, RequestContext
+    from main_broker.api.services import BrokerServices
+    from main_broker.request import RequestContext
 
 log = logging.getLogger("zonefleet.main_broker.security")
 
@@ -62,7 +63,7 @@ def _filter(f: Any) -> AclFilter:
     )
 
 
-async def create_acls(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def create_acls(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     bindings = [
         AclBinding(
             c.resource_type,
@@ -102,7 +103,7 @@ async def create_acls(broker: MainBroker, ctx: RequestContext, req: Any) -> dict
     return {"results": results}
 
 
-async def describe_acls(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def describe_acls(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     f = _filter(req)
     if f.has_unknown():
         raise CloseConnection(f"DescribeAcls with UNKNOWN elements: {f}")
@@ -145,7 +146,7 @@ def _matching_acl(b: AclBinding) -> dict[str, Any]:
     }
 
 
-async def delete_acls(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def delete_acls(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     filters = [_filter(f) for f in req.filters]
     for f in filters:
         if f.has_unknown():
@@ -187,7 +188,7 @@ async def delete_acls(broker: MainBroker, ctx: RequestContext, req: Any) -> dict
 
 
 async def describe_user_scram_credentials(
-    broker: MainBroker, ctx: RequestContext, req: Any
+    broker: BrokerServices, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     users = None if req.users is None else [u.name for u in req.users]
     try:
@@ -211,7 +212,7 @@ async def describe_user_scram_credentials(
 
 
 async def alter_user_scram_credentials(
-    broker: MainBroker, ctx: RequestContext, req: Any
+    broker: BrokerServices, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
     deletions = [Deletion(d.name, d.mechanism) for d in req.deletions]
     upsertions = [

@@ -22,7 +22,8 @@ from main_broker.cluster.doc import PartitionCountChanged, TopicExists, UnknownT
 from main_broker.partition_log import leader_error
 
 if TYPE_CHECKING:
-    from main_broker.broker import MainBroker, RequestContext
+    from main_broker.api.services import BrokerServices
+    from main_broker.request import RequestContext
 
 log = logging.getLogger("zonefleet.main_broker.admin")
 
@@ -83,7 +84,7 @@ def assignment_error(assignments: list[list[int]], known: set[int]) -> str | Non
     return None
 
 
-def _known_nodes(broker: MainBroker) -> set[int]:
+def _known_nodes(broker: BrokerServices) -> set[int]:
     """The node ids a client may name: the mains and, as clients see them, the zone proxies."""
     return set(broker.cluster.main_ids) | {p.node_id for p in broker.config.zone_proxies}
 
@@ -92,7 +93,7 @@ def _uuid(raw: bytes) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
 
-async def create_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def create_topics(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     results = []
     validate_only = bool(getattr(req, "validate_only", False))
     # Counted once: a request may name a great many topics (names.count per topic is O(n^2)).
@@ -135,7 +136,9 @@ async def create_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> di
     return {"topics": results}
 
 
-def _create_error(broker: MainBroker, topic: Any, duplicate: bool) -> tuple[ErrorCode, str] | None:
+def _create_error(
+    broker: BrokerServices, topic: Any, duplicate: bool
+) -> tuple[ErrorCode, str] | None:
     """What Kafka answers a CreateTopics entry before looking at its configs, in its order."""
     name = topic.name
     if duplicate:
@@ -240,7 +243,7 @@ UNKNOWN_TOPIC_ID_MESSAGE = "This server does not host this topic ID."
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 
-async def delete_topics(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def delete_topics(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     names = list(getattr(req, "topic_names", ()))
     rows = [(t.name, t.topic_id) for t in getattr(req, "topics", ())]
     existing = {name: state.topic_id for name, state in broker.store.topics.items()}
@@ -276,7 +279,9 @@ def create_partitions_error(
     return None
 
 
-async def create_partitions(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def create_partitions(
+    broker: BrokerServices, ctx: RequestContext, req: Any
+) -> dict[str, Any]:
     results = []
     names = Counter(t.name for t in req.topics)
     await broker.cluster.refresh()  # the count another main may just have raised
@@ -323,7 +328,7 @@ async def create_partitions(broker: MainBroker, ctx: RequestContext, req: Any) -
     return {"results": results}
 
 
-async def delete_records(broker: MainBroker, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def delete_records(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics_out = []
     for topic in req.topics:
         parts_out = []
