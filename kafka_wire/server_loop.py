@@ -22,6 +22,7 @@ from kio.schema.index import api_key_map
 
 from kafka_wire.codec import MalformedRequest, RequestHeader, parse_request_header
 from kafka_wire.framing import FrameError, FrameReader, send_frame
+from kafka_wire.hot_codecs import ProduceRequestData, decode_produce_request
 from kafka_wire.topic_bytes import (
     NO_TOPIC,
     TopicBytes,
@@ -188,6 +189,15 @@ def _frame_bytes(parts: Sequence[Buffer]) -> int:
 
 class CloseConnection(Exception):
     """Raised by a processor to drop the connection (the reason is logged)."""
+
+
+def decode_produce_or_close(header: RequestHeader, frame: bytearray) -> ProduceRequestData:
+    """A Produce request's body, its records zero-copy views of `frame`; a body that does not
+    decode drops the connection, as Kafka does."""
+    try:
+        return decode_produce_request(header.api_version, memoryview(frame), header.size)
+    except ValueError as exc:
+        raise CloseConnection(f"malformed Produce v{header.api_version}: {exc}") from None
 
 
 class RequestProcessor(Protocol):

@@ -60,10 +60,9 @@ class PendingAppends:
 
     async def wait(self, broker: AppendHost, timeout_s: float) -> None:
         """Wait for durability; appends still pending after the timeout get REQUEST_TIMED_OUT."""
-        waiting = list(self.appends)
+        answered = 0
         with trio.move_on_after(max(timeout_s, 0.0) + DUPLICATE_WAIT_SECONDS):
-            while waiting:
-                result, plog, ticket = waiting[0]
+            for result, plog, ticket in self.appends:
                 try:
                     await ticket.wait()
                 except WalError as exc:
@@ -75,13 +74,13 @@ class PendingAppends:
                         # Durable, but another main may already have taken the partition over
                         # from a WAL read before this landed: the client must not count on it.
                         result.error_code = ErrorCode.not_leader_or_follower
-                waiting.pop(0)
+                answered += 1
             for _result, duplicate in self.duplicates:
                 # A retried duplicate is answered only once its original is durable.
                 plog = duplicate.plog
                 while plog.high_watermark <= duplicate.last_offset and not broker.storage_failed:
                     await broker.store.data_arrived.wait()
-        for result, _plog, _ticket in waiting:
+        for result, _plog, _ticket in self.appends[answered:]:
             result.error_code = ErrorCode.request_timed_out
         for result, duplicate in self.duplicates:
             if duplicate.plog.high_watermark <= duplicate.last_offset:

@@ -467,15 +467,12 @@ class LogStore:
 
     def _on_durable(self, plog: PartitionLog, entry: BatchEntry, ticket: AppendTicket) -> None:
         position = ticket.position
-        assert position is not None
-        self.on_durable(plog, entry, position)
-        if entry.data is None and entry.link is not None:
-            self.linked_payloads.want(entry)
-
-    def on_durable(self, plog: PartitionLog, entry: BatchEntry, position: WalPosition) -> None:
+        assert position is not None  # set before the writer runs on_durable
         if plog.mark_durable(entry, position):
             self._partition_changed(plog)
             self.notify_data()
+        if entry.data is None and entry.link is not None:
+            self.linked_payloads.want(entry)
 
     def notify_data(self) -> None:
         self.data_arrived.set()

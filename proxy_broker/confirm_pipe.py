@@ -80,7 +80,7 @@ class ConfirmRequest:
     timeout_ms: int
     parts: list[PreparedPart]
     results: list[PartitionOutcome] = field(default_factory=list)
-    prepared: trio.Event = field(default_factory=trio.Event)  # every PREPARED record durable
+    prepared: bool = False  # every PREPARED record durable (or one failed): `settle`
     done: trio.Event = field(default_factory=trio.Event)
 
     def fail(self, code: ErrorCode, message: str) -> None:
@@ -91,7 +91,7 @@ class ConfirmRequest:
     def settle(self, on_prepared: OnPrepared | None = None) -> bool:
         """True once every PREPARED record is durable (positions filled, `on_prepared` told
         of each) or one failed (the request failed); False while any is pending."""
-        if self.prepared.is_set():
+        if self.prepared:
             return True
         parts = self.parts
         if any(p.ticket is not None and not p.ticket.done for p in parts):
@@ -108,7 +108,7 @@ class ConfirmRequest:
             part.position = ticket.position
             if on_prepared is not None and part.payload is not None:
                 on_prepared(ticket.position, part.payload)
-        self.prepared.set()
+        self.prepared = True
         return True
 
     async def wait_prepared(self, on_prepared: OnPrepared | None = None) -> None:

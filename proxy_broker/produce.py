@@ -18,13 +18,12 @@ from kio.schema.errors import ErrorCode
 from internal_rpc.messages import BatchSummary
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
-    decode_produce_request,
     produce_response_parts,
 )
 from kafka_wire.leader_hints import fill_produce_hints
 from kafka_wire.produce_admission import produce_admission
 from kafka_wire.record_batch import InvalidBatch, validate_produce_records
-from kafka_wire.server_loop import Buffer, CloseConnection
+from kafka_wire.server_loop import Buffer, decode_produce_or_close
 from kafka_wire.topic_bytes import TopicFinish
 from proxy_broker.confirm_pipe import ConfirmRequest, PreparedPart
 from shared_wal import RecordType
@@ -49,10 +48,7 @@ class _Share:
 
 def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
-    try:
-        req = decode_produce_request(header.api_version, memoryview(frame), header.size)
-    except ValueError as exc:
-        raise CloseConnection(f"malformed Produce v{header.api_version}: {exc}") from None
+    req = decode_produce_or_close(header, frame)
     now_ms = int(time.time() * 1000)
     topics_out: list[tuple[str, list[ProducePartitionResult]]] = []
     shares: dict[int, _Share] = {}

@@ -5,7 +5,7 @@ CRC of the bytes it holds), so the main runs exactly the append decision a direc
 (main_broker/appender.py) without reading the payload back; its own WAL records only a LINK
 (metadata, no payload). The bytes are read later, off this path (main_broker/linked_payloads.py).
 
-The messages are `internal_rpc.messages.ConfirmParams` (about 130 bytes for one partition)
+The messages are `internal_rpc.messages.ConfirmParams` (about 110 bytes for one partition)
 and `ConfirmResult` (one `PartitionOutcome` per part, in request order); their byte layouts
 are in docs/formats.md, "Confirm".
 

@@ -15,11 +15,10 @@ from kio.schema.errors import ErrorCode
 
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
-    decode_produce_request,
     produce_response_parts,
 )
 from kafka_wire.leader_hints import fill_produce_hints
-from kafka_wire.server_loop import Buffer, CloseConnection
+from kafka_wire.server_loop import Buffer, decode_produce_or_close
 from kafka_wire.topic_bytes import TopicFinish
 from main_broker.append import PendingAppends, append_partition
 
@@ -32,10 +31,7 @@ log = logging.getLogger("zonefleet.main_broker.produce")
 
 def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
-    try:
-        req = decode_produce_request(header.api_version, memoryview(frame), header.size)
-    except ValueError as exc:
-        raise CloseConnection(f"malformed Produce v{header.api_version}: {exc}") from None
+    req = decode_produce_or_close(header, frame)
     metrics = broker.metrics
     appender = broker.appender
     now_ms = int(time.time() * 1000)
