@@ -12,6 +12,8 @@ Confirm (proxy -> the partition's main, method ``confirm``): `ConfirmParams` in,
 `ConfirmResult` out, one `PartitionOutcome` per `ConfirmPart`, in request order.
 Relay (proxy -> a main, method ``relay``): `RelayParams` in, `RelayResult` out.
 Metadata poke (main -> main, method ``meta_changed``): `MetaChanged` in, `MetaChanged` out.
+Transaction markers (coordinator main -> leader main, method ``write_txn_markers``):
+`WriteTxnMarkers` in, `WriteTxnMarkersResult` out.
 The state stream's frames (main -> each proxy) are in `internal_rpc.state_frames`.
 """
 
@@ -28,6 +30,7 @@ __all__ = [
     "CONFIRM_VERSION",
     "META_CHANGED_VERSION",
     "RELAY_VERSION",
+    "TXN_MARKERS_VERSION",
     "BatchSummary",
     "ConfirmParams",
     "ConfirmPart",
@@ -37,7 +40,11 @@ __all__ = [
     "PartitionOutcome",
     "RelayParams",
     "RelayResult",
+    "TxnMarker",
+    "TxnMarkerResult",
     "UnsupportedMessageVersion",
+    "WriteTxnMarkers",
+    "WriteTxnMarkersResult",
 ]
 
 # 2: each part carries its batch's header summary (`BatchSummary`), so the main decides
@@ -46,6 +53,7 @@ CONFIRM_VERSION: Final = 2
 CONFIRM_RESULT_VERSION: Final = 1
 RELAY_VERSION: Final = 1
 META_CHANGED_VERSION: Final = 1
+TXN_MARKERS_VERSION: Final = 1
 _DEFAULT_PRODUCE_VERSION: Final = 9
 _DEFAULT_TIMEOUT_MS: Final = 30_000
 
@@ -404,3 +412,106 @@ class MetaChanged:
     def from_wire(cls, msg: object) -> MetaChanged:
         _version(_map(msg, "meta_changed"), "meta_changed", META_CHANGED_VERSION)
         return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """One transaction's end, for the partitions and groups a main leads or coordinates
+    (Kafka's WritableTxnMarker). Wire: [producer id, epoch, commit, coordinator epoch,
+    [[topic, partition], ...], [group, ...]]."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+    groups: tuple[str, ...] = ()
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.producer_id,
+            self.producer_epoch,
+            self.commit,
+            self.coordinator_epoch,
+            [[t, p] for t, p in self.partitions],
+            list(self.groups),
+        ]
+
+    @classmethod
+    def from_wire(cls, row: object, what: str = "marker") -> TxnMarker:
+        fields = _list(row, what, (6,))
+        if type(fields[2]) is not bool:
+            raise MalformedMessage(f"{what}.commit must be a bool")
+        partitions = tuple(
+            (_str(tp[0], f"{what}.partitions[{i}].topic"), _int(tp[1], f"{what}.partitions[{i}]"))
+            for i, tp in enumerate(
+                _list(p, f"{what}.partitions[]", (2,)) for p in _list(fields[4], f"{what}.parts")
+            )
+        )
+        groups = tuple(_str(g, f"{what}.groups[]") for g in _list(fields[5], f"{what}.groups"))
+        return cls(
+            _int(fields[0], f"{what}.producer_id"),
+            _int(fields[1], f"{what}.producer_epoch"),
+            fields[2],
+            _int(fields[3], f"{what}.coordinator_epoch"),
+            partitions,
+            groups,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkers:
+    """Coordinator main -> partition leader or group coordinator main (method
+    ``write_txn_markers``): append these markers, complete these groups' offsets."""
+
+    markers: tuple[TxnMarker, ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": TXN_MARKERS_VERSION, "markers": [m.to_wire() for m in self.markers]}
+
+    @classmethod
+    def from_wire(cls, msg: object) -> WriteTxnMarkers:
+        params = _map(msg, "write_txn_markers")
+        _version(params, "write_txn_markers", TXN_MARKERS_VERSION)
+        rows = _list(params.get("markers"), "write_txn_markers.markers")
+        return cls(tuple(TxnMarker.from_wire(r, f"markers[{i}]") for i, r in enumerate(rows)))
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerResult:
+    """Per marker (in request order): the error code of each partition and group. Wire:
+    [[[topic, partition, code], ...], [[group, code], ...]]."""
+
+    partitions: tuple[tuple[str, int, int], ...]
+    groups: tuple[tuple[str, int], ...] = ()
+
+    def to_wire(self) -> list[Any]:
+        return [[list(p) for p in self.partitions], [list(g) for g in self.groups]]
+
+    @classmethod
+    def from_wire(cls, row: object, what: str = "result") -> TxnMarkerResult:
+        fields = _list(row, what, (2,))
+        parts = []
+        for p in _list(fields[0], f"{what}.partitions"):
+            t, i, c = _list(p, f"{what}.partitions[]", (3,))
+            parts.append((_str(t, f"{what}.topic"), _int(i, f"{what}.partition"), _int(c, "code")))
+        groups = []
+        for g in _list(fields[1], f"{what}.groups"):
+            name, code = _list(g, f"{what}.groups[]", (2,))
+            groups.append((_str(name, f"{what}.group"), _int(code, f"{what}.code")))
+        return cls(tuple(parts), tuple(groups))
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkersResult:
+    results: tuple[TxnMarkerResult, ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": TXN_MARKERS_VERSION, "results": [r.to_wire() for r in self.results]}
+
+    @classmethod
+    def from_wire(cls, msg: object) -> WriteTxnMarkersResult:
+        result = _map(msg, "write_txn_markers result")
+        _version(result, "write_txn_markers result", TXN_MARKERS_VERSION)
+        rows = _list(result.get("results"), "write_txn_markers result.results")
+        return cls(tuple(TxnMarkerResult.from_wire(r, f"results[{i}]") for i, r in enumerate(rows)))

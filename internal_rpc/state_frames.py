@@ -210,6 +210,36 @@ class ObjectStreamRow(NamedTuple):
         )
 
 
+class AbortedRow(NamedTuple):
+    """A partition's aborted transactions, all of them (issue 13): a read_committed fetch
+    a proxy serves names those in its range. Wire: [topic, partition, [[producer id, first
+    offset, last offset (the ABORT marker's)], ...]]."""
+
+    topic: str
+    partition: int
+    aborted: tuple[tuple[int, int, int], ...]
+
+    def to_wire(self) -> list[Any]:
+        return [self.topic, self.partition, [list(a) for a in self.aborted]]
+
+    @classmethod
+    def from_wire(cls, row: object, what: str = "txns") -> AbortedRow:
+        fields = _list(row, what, (3,))
+        aborted = []
+        for i, entry in enumerate(_list(fields[2], f"{what}.aborted")):
+            pid, first, last = _list(entry, f"{what}.aborted[{i}]", (3,))
+            aborted.append(
+                (
+                    _int(pid, f"{what}.aborted[{i}].producer_id"),
+                    _int(first, f"{what}.aborted[{i}].first_offset"),
+                    _int(last, f"{what}.aborted[{i}].last_offset"),
+                )
+            )
+        return cls(
+            _str(fields[0], f"{what}.topic"), _int(fields[1], f"{what}.partition"), tuple(aborted)
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class StateFrame:
     """One push of the state stream. `node` and `writer` (the main's node id and WAL writer
@@ -226,6 +256,9 @@ class StateFrame:
     parts: tuple[PartitionRow, ...] = ()
     objects: tuple[ObjectStreamRow, ...] = ()
     links: dict[str, int] | None = None
+    # Partitions whose aborted transactions changed (a full frame: every one with any).
+    # Optional and last: a proxy of the previous release ignores it (mv stays 1).
+    txns: tuple[AbortedRow, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         """Keys in this order; a delta leaves out `full`, `node`, `writer` and what is empty
@@ -249,6 +282,8 @@ class StateFrame:
             msg["objects"] = [row.to_wire() for row in self.objects]
         if self.links is not None:
             msg["links"] = self.links
+        if self.txns:
+            msg["txns"] = [row.to_wire() for row in self.txns]
         return msg
 
     @classmethod
@@ -293,4 +328,8 @@ class StateFrame:
             for key, value in links.items():
                 _str(key, "state.links key")
                 _int(value, f"state.links[{key!r}]")
-        return cls(wal_end, full, node, writer, topics, deleted, parts, objects, links)
+        txns: tuple[AbortedRow, ...] = ()
+        if "txns" in frame:
+            rows = _list(frame["txns"], "state.txns")
+            txns = tuple(AbortedRow.from_wire(r, f"state.txns[{i}]") for i, r in enumerate(rows))
+        return cls(wal_end, full, node, writer, topics, deleted, parts, objects, links, txns)

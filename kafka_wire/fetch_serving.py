@@ -83,6 +83,11 @@ class FetchPartition(Protocol[E_co]):
         """False where another broker leads the partition: NOT_LEADER_OR_FOLLOWER."""
         ...
 
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions with records in
+        [start, end): a read_committed consumer drops their records."""
+        ...
+
     def fetch_slice(
         self, offset: int, max_bytes: int, upper: int, must_return_one: bool
     ) -> tuple[int, Sequence[E_co]]:
@@ -209,6 +214,9 @@ def _select(
                 want.fetch_offset, max(budget, 0), upper, must_return_one=total == 0
             )
             result.error_code = error
+            if read_committed and entries:
+                # Whole batches below the LSO are sent: the aborted transactions among them.
+                result.aborted_transactions = part.aborted_transactions(want.fetch_offset, upper)
             if entries:
                 chosen.append((want, entries))
                 total += sum(e.size for e in entries)

@@ -411,15 +411,18 @@ def build_batch(
     base_sequence: int = -1,
     compression: int = COMPRESSION_NONE,
     transactional: bool = False,
+    control: bool = False,
 ) -> bytes:
     """Build a valid v2 batch of (key, value) records, all stamped ``timestamp_ms``.
 
-    For tests and tools. ``compression``: any codec id (kafka_wire.compression).
+    For tests and tools, and the transaction markers (kafka_wire.control_batch).
+    ``compression``: any codec id (kafka_wire.compression).
     """
     body = b"".join(_encode_record(i, 0, k, v) for i, (k, v) in enumerate(records))
     if compression != COMPRESSION_NONE:
         body = compress(compression, body)
     attributes = compression | (_TRANSACTIONAL_BIT if transactional else 0)
+    attributes |= _CONTROL_BIT if control else 0
     count = len(records)
     header = bytearray(
         _HEADER.pack(

@@ -42,10 +42,6 @@ __all__ = ["Appended", "Appender", "Decision", "Duplicate", "ProducerRow", "Refu
 
 log = logging.getLogger("zonefleet.main_broker.append")
 
-TRANSACTIONS_UNSUPPORTED = Refusal(
-    ErrorCode.transactional_id_authorization_failed, "transactional produce is not supported yet"
-)
-
 
 class ProducerRow(NamedTuple):
     """An idempotent producer's batch, as its DATA or LINK record carries it."""
@@ -66,6 +62,7 @@ class WalIntent:
     entry: BatchEntry
     producer: ProducerRow | None
     prepared: WalPosition | None
+    transactional: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +201,6 @@ class Appender:
             refusal = _refuse_null_keys(plog, records, batch)
             if refusal is not None:
                 return refusal
-        if batch.is_transactional:
-            return TRANSACTIONS_UNSUPPORTED
         check = plog.check_producer(batch)
         if check.verdict is Verdict.REJECT:
             return Refusal(check.error, check.message)
@@ -226,7 +221,7 @@ class Appender:
                 now_ms,
             )
         return Appended(
-            WalIntent(plog, entry, producer, prepared),
+            WalIntent(plog, entry, producer, prepared, batch.is_transactional),
             plog.log_start_offset,
             now_ms if cfg.log_append_time else -1,
         )

@@ -15,7 +15,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcPeer, RpcServer
-from internal_rpc.messages import MetaChanged, RelayParams, RelayResult
+from internal_rpc.messages import MetaChanged, RelayParams, RelayResult, WriteTxnMarkers
 from kafka_wire.codec import (
     KIO_VERSION_RANGES,
     MalformedRequest,
@@ -38,10 +38,12 @@ from main_broker.api import fetch as api_fetch
 from main_broker.api import groups as group_handlers
 from main_broker.api import security as api_security
 from main_broker.api import topics_admin as api_topics_admin
+from main_broker.api import txn as api_txn
 from main_broker.api.confirm import ConfirmSequencer, handle_confirm
 from main_broker.api.produce import begin_produce
 from main_broker.api.reassign import REASSIGN_APIS, REASSIGN_HANDLERS
 from main_broker.api.services import Handler
+from main_broker.api.txn import TXN_APIS, TXN_HANDLERS
 from main_broker.appender import Appender
 from main_broker.cluster.role import ClusterRole, TopicExists
 from main_broker.cluster.view import ClusterView, LoneMain
@@ -49,6 +51,7 @@ from main_broker.cluster.zone_view import RELAY_LISTENER_PREFIX, ROUTED_APIS, Ma
 from main_broker.config import BrokerConfig
 from main_broker.groups.consumer_coordinator import ConsumerCoordinator
 from main_broker.groups.coordinator import GroupCoordinator
+from main_broker.groups.txn_offsets import PendingTxnOffsets
 from main_broker.groups.wiring import (
     consumer_groups,
     persist_consumer_groups,
@@ -62,6 +65,8 @@ from main_broker.partition_log import PartitionLog
 from main_broker.request import RequestContext
 from main_broker.security.state import SecurityState
 from main_broker.state_stream import publish_state
+from main_broker.txn.coordinator import TxnCoordinator
+from main_broker.txn.markers import write_markers
 from shared_wal import WalReader, WalWriter, open_wal_fs
 from telemetry import UNKNOWN_ZONE, BrokerMetrics, MetricsRegistry
 
@@ -111,6 +116,7 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     75: ("DescribeTopicPartitions", 0, 0),
 }
 SUPPORTED_APIS.update(REASSIGN_APIS)  # ElectLeaders and partition reassignment
+SUPPORTED_APIS.update(TXN_APIS)  # the transaction coordinator's
 GROUP_APIS = {8, 9, 11, 12, 13, 14, 15, 16}
 
 
@@ -154,7 +160,7 @@ class MainBroker:
             19: api_topics_admin.create_topics,
             20: api_topics_admin.delete_topics,
             21: api_topics_admin.delete_records,
-            22: api_cluster.init_producer_id,
+            22: api_txn.init_producer_id,
             29: api_security.describe_acls,
             30: api_security.create_acls,
             31: api_security.delete_acls,
@@ -171,6 +177,7 @@ class MainBroker:
             75: api_describe.describe_topic_partitions,
         }
         self._handlers.update(REASSIGN_HANDLERS)
+        self._handlers.update(TXN_HANDLERS)
         self._auto_create_lock = trio.Lock()
         self.confirms = ConfirmSequencer()
         self.rpc_port: int | None = None
@@ -186,6 +193,8 @@ class MainBroker:
         self.retention: ObjectRetention | None = None
         self.consumer_groups: ConsumerCoordinator  # KIP-848 groups
         self.coordinator: GroupCoordinator
+        self.txn: TxnCoordinator
+        self.txn_offsets: PendingTxnOffsets
         self.security = SecurityState(self)
         self.commit_nursery: trio.Nursery
         self.appender: Appender
@@ -216,6 +225,12 @@ class MainBroker:
         persist_offsets(self.coordinator, store)
         self.membership = persist_membership(self.coordinator, store)
         self.consumer_records = persist_consumer_groups(self.consumer_groups, store)
+        self.txn_offsets = PendingTxnOffsets(
+            store, self.coordinator.offsets, cfg.groups.offset_metadata_max_bytes
+        )
+        store.register(self.txn_offsets)
+        self.txn = TxnCoordinator(self, cfg.transaction_max_timeout_ms, self._allocate_producer_id)
+        store.register(self.txn)
         if cfg.object_store_url is not None:
             # Partitions learn their committed objects as replay makes them.
             self.objects = await ObjectTier.open(self)
@@ -264,6 +279,7 @@ class MainBroker:
                 await nursery.start(self.consumer_records.run)
                 await nursery.start(self.coordinator.run)
                 await nursery.start(self.consumer_groups.run)
+                await nursery.start(self.txn.run)
                 if self.objects is not None:
                     nursery.start_soon(self.objects.run)
                 if self.retention is not None:
@@ -310,6 +326,7 @@ class MainBroker:
                 "confirm": self._rpc_confirm,
                 "relay": self._rpc_relay,
                 "meta_changed": self._rpc_meta_changed,
+                "write_txn_markers": self._rpc_write_txn_markers,
             },
             {"state": self._rpc_state},
             meter=self.traffic.rpc,
@@ -318,6 +335,17 @@ class MainBroker:
 
     async def _rpc_confirm(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         return await handle_confirm(self, params)
+
+    async def _rpc_write_txn_markers(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
+        result = await write_markers(self, WriteTxnMarkers.from_wire(params))
+        return result.to_wire()
+
+    async def _allocate_producer_id(self) -> int:
+        return self.cluster.producer_id(await self.store.allocate_producer_id())
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
 
     async def _rpc_meta_changed(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         MetaChanged.from_wire(params)

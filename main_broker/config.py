@@ -83,6 +83,8 @@ class BrokerConfig:
     compaction_max_object_bytes: int = 128 * 1024 * 1024
     compaction_delete_delay_s: float = 30.0
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    # Kafka's transaction.max.timeout.ms: the longest transaction.timeout.ms a producer may ask.
+    transaction_max_timeout_ms: int = 900_000
     wal: WalConfig = field(default_factory=WalConfig)
     groups: GroupConfig = field(default_factory=GroupConfig)
     # Traffic accounting (main_broker/accounting.py): JSONL under data_dir/accounting (None:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from kafka_wire.control_batch import build_marker
+from kafka_wire.record_batch import parse_batch_header
 from main_broker import links_floor
 from main_broker.linked_payloads import LinkedPayloads
 from main_broker.partition_log import BatchEntry, PartitionLog
@@ -45,9 +47,18 @@ PRODUCER_ID_BLOCK = 1000
 
 # The SNAPSHOT body's sections that participants own, and the CONTROL record kinds they write
 # and replay (the store's own: topics, producer ids, documents, log starts, takeovers).
-PARTICIPANT_SECTIONS = ("offsets", "groups", "consumer_groups")
+PARTICIPANT_SECTIONS = ("offsets", "groups", "consumer_groups", "txn_offsets", "transactions")
 PARTICIPANT_KINDS = frozenset(
-    {"offsets", "group_delete", "offsets_delete", "classic_group", "consumer_group"}
+    {
+        "offsets",
+        "group_delete",
+        "offsets_delete",
+        "classic_group",
+        "consumer_group",
+        "txn_offsets",
+        "txn_offsets_end",
+        "txn",
+    }
 )
 
 
@@ -355,6 +366,10 @@ class LogStore:
         for watcher in self._watchers:
             watcher.mark_partition(plog)
 
+    def _aborted_changed(self, plog: PartitionLog) -> None:
+        for watcher in self._watchers:
+            watcher.mark_aborted(plog)
+
     def partition_moved(self, plog: PartitionLog) -> None:
         """A partition's offsets moved outside produce (objects adopted): tell subscribers
         and waiting fetches."""
@@ -449,6 +464,7 @@ class LogStore:
             entry.last_offset,
             entry.max_timestamp,
             intent.producer,
+            intent.transactional,
         )
         if prepared is not None:
             lat = plog.config.log_append_time
@@ -473,6 +489,44 @@ class LogStore:
             self.notify_data()
         if entry.data is None and entry.link is not None:
             self.linked_payloads.want(entry)
+
+    def append_marker(
+        self,
+        plog: PartitionLog,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+    ) -> AppendTicket:
+        """Append a transaction marker (WriteTxnMarkers) as a DATA record; the producer's
+        transaction closes (the last stable offset moves) when it is durable."""
+        buf = memoryview(
+            bytearray(build_marker(commit, producer_id, producer_epoch, coordinator_epoch, now_ms))
+        )
+        batch = parse_batch_header(buf)
+        entry = plog.append_marker(buf, batch, now_ms)
+        header = wal_records.marker_header(
+            plog.topic,
+            plog.partition,
+            entry.base_offset,
+            entry.max_timestamp,
+            producer_id,
+            producer_epoch,
+            commit,
+        )
+        ticket = self.wal.submit(RecordType.DATA, header, buf)
+
+        def durable() -> None:
+            self._on_durable(plog, entry, ticket)
+            if plog.apply_marker(producer_id, entry.base_offset, commit) is not None:
+                self._aborted_changed(plog)
+            self._partition_changed(plog)
+            self.notify_data()
+
+        ticket.on_durable = durable
+        self.cache.add(entry)
+        return ticket
 
     def notify_data(self) -> None:
         self.data_arrived.set()
@@ -546,6 +600,8 @@ class LogStore:
             "docs": dict(self.documents),
             "groups": self._section("groups"),
             "consumer_groups": self._section("consumer_groups"),
+            "txn_offsets": self._section("txn_offsets"),
+            "transactions": self._section("transactions"),
         }
         return wal_records.snapshot_record(body)
 
@@ -712,7 +768,10 @@ class LogStore:
         plog = self.partition(header["t"], header["p"])
         if plog is None:
             return None
-        plog.reset_for_takeover(header["s"], header["e"], header["pr"], header.get("ls", 0))
+        plog.reset_for_takeover(
+            header["s"], header["e"], header["pr"], header.get("ls", 0), header.get("tx")
+        )
         self.adopt_objects(plog)
         self._partition_changed(plog)
+        self._aborted_changed(plog)
         return plog

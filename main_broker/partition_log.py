@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from kio.schema.errors import ErrorCode
 
 from kafka_wire.record_batch import BatchInfo, assign_offsets, stamp_log_append_time
+from main_broker.partition_txns import AbortedTxn, PartitionTxns
 from main_broker.producer_state import (
     APPEND_OK,
     BatchMetadata,
     CheckResult,
     ProducerStateTable,
+    Verdict,
 )
 from main_broker.topic_config import EffectiveTopicConfig
 from s3_commit.object_format import stream_id_for
@@ -67,6 +69,8 @@ class PartitionLog:
         self.high_watermark = 0
         self.log_start_offset = 0
         self.producers = ProducerStateTable()
+        # Open and aborted transactions: the last stable offset and read_committed fetches.
+        self.txns = PartitionTxns()
         # Which main leads the partition: None is this broker. Only the leader appends.
         self.leader_id: int | None = None
         # A reassignment moves the partition away (main_broker/cluster/reassignment.py): the leader
@@ -95,7 +99,14 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark  # no transactions yet: LSO == HW
+        first = self.txns.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first is None or first > hw else first
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions with records in
+        [start, end), for a read_committed fetch."""
+        return [(a.producer_id, a.first_offset) for a in self.txns.aborted_between(start, end)]
 
     @property
     def stream_id(self) -> int:
@@ -143,15 +154,34 @@ class PartitionLog:
         elif self.log_start_offset < wal_start:
             self.log_start_offset = wal_start  # a gap: what lies between is lost
         self.log_start_offset = max(self.log_start_offset, self.deleted_below)
+        self.txns.trim(self.log_start_offset)
 
     # -- append path -------------------------------------------------------------------------
 
     def check_producer(self, batch: BatchInfo) -> CheckResult:
         if batch.producer_id < 0:
+            if batch.is_transactional:
+                return CheckResult(
+                    Verdict.REJECT,
+                    ErrorCode.invalid_record,
+                    "a transactional batch needs a producer id",
+                )
             return APPEND_OK
-        return self.producers.check(
+        check = self.producers.check(
             batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
         )
+        if (
+            check.verdict is Verdict.APPEND
+            and not batch.is_transactional
+            and self.txns.is_open(batch.producer_id)
+        ):
+            return CheckResult(
+                Verdict.REJECT,
+                ErrorCode.invalid_txn_state,
+                f"producer {batch.producer_id} has an open transaction on {self.topic}-"
+                f"{self.partition}: its non-transactional batch is refused",
+            )
+        return check
 
     def append(self, buf: memoryview | None, batch: BatchInfo, now_ms: int) -> BatchEntry:
         """Assign offsets to a validated batch and index it. Its bytes, when given, are
@@ -174,7 +204,30 @@ class PartitionLog:
                 batch.producer_epoch,
                 BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, now_ms),
             )
+            if batch.is_transactional:
+                self.txns.on_transactional_batch(batch.producer_id, base)
         return entry
+
+    def check_marker(self, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        """Why a transaction marker at this epoch may not be appended, if it may not."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            return ErrorCode.invalid_producer_epoch
+        return None
+
+    def append_marker(self, buf: memoryview, batch: BatchInfo, now_ms: int) -> BatchEntry:
+        """Index a transaction marker (a control batch the broker built); it closes the
+        producer's transaction when it is durable (`apply_marker`)."""
+        base = self.next_offset
+        assign_offsets(buf, batch, base, self.leader_epoch)
+        entry = BatchEntry(base, base, batch.max_timestamp, batch.size, buf, None)
+        self.index.add(entry)
+        self.producers.bump_epoch(batch.producer_id, batch.producer_epoch)
+        return entry
+
+    def apply_marker(self, producer_id: int, offset: int, commit: bool) -> AbortedTxn | None:
+        """A durable marker at `offset` closes the producer's transaction."""
+        return self.txns.on_marker(producer_id, offset, commit)
 
     def mark_durable(self, entry: BatchEntry, position: WalPosition) -> bool:
         """Record where the batch lives; returns True when the high watermark moved."""
@@ -204,18 +257,25 @@ class PartitionLog:
         self.index.add(entry)
         self.high_watermark = self.next_offset
         pid = header.get("pid", -1)
-        if pid >= 0:
+        marker = header.get("cm")
+        if marker is not None:
+            self.producers.bump_epoch(pid, header["pe"])
+            self.txns.on_marker(pid, base, bool(marker))
+        elif pid >= 0:
             self.producers.record(
                 pid,
                 header["pe"],
                 BatchMetadata(header["s"], header["ls"], base, last, header.get("at", 0)),
             )
+            if header.get("tx"):
+                self.txns.on_transactional_batch(pid, base)
 
     def drop_segments(self, segments: set[int]) -> None:
         """Forget batches whose WAL segments retention deleted; the log start moves up."""
         if self.index.drop_segments(segments):
             self.log_start_offset = max(self.wal_start_offset, self.deleted_below)
             self._object_log_start()
+            self.txns.trim(self.log_start_offset)
 
     def delete_records(self, offset: int) -> bool:
         """DeleteRecords: the log starts at `offset` (at most the log end). The batches below
@@ -227,10 +287,16 @@ class PartitionLog:
             return False
         self.deleted_below = max(self.deleted_below, offset)
         self.log_start_offset = offset
+        self.txns.trim(offset)
         return True
 
     def reset_for_takeover(
-        self, start: int, epoch: int, producer_rows: list[Any], floor: int = 0
+        self,
+        start: int,
+        epoch: int,
+        producer_rows: list[Any],
+        floor: int = 0,
+        txns: dict[str, Any] | None = None,
     ) -> None:
         """This main takes the partition over (a reassignment, main_broker/cluster/handoff.py): its
         log restarts at `start`, where the adopted objects end, with the previous leader's
@@ -242,6 +308,7 @@ class PartitionLog:
         self.log_start_offset = max(start, floor)
         self.leader_epoch = epoch
         self.producers = ProducerStateTable.from_snapshot(producer_rows)
+        self.txns = PartitionTxns.from_snapshot(txns)
         self.objects = None
 
     # -- read path ---------------------------------------------------------------------------
@@ -316,6 +383,7 @@ class PartitionLog:
             "no": self.high_watermark,
             "e": self.leader_epoch,
             "pr": self.producers.to_snapshot(self.high_watermark),
+            "tx": self.txns.to_snapshot(self.high_watermark),
         }
 
     def restore_snapshot(self, snap: dict[str, Any]) -> None:
@@ -325,3 +393,4 @@ class PartitionLog:
         self.index.end_offset = self.high_watermark = snap["no"]
         self.leader_epoch = snap["e"]
         self.producers = ProducerStateTable.from_snapshot(snap["pr"])
+        self.txns = PartitionTxns.from_snapshot(snap.get("tx"))

@@ -116,6 +116,13 @@ class ProducerStateTable:
             self._producers[producer_id] = entry
         entry.batches.append(meta)
 
+    def bump_epoch(self, producer_id: int, epoch: int) -> None:
+        """A transaction marker at `epoch` (the coordinator bumps it to fence a zombie when
+        it aborts a timed-out transaction): older epochs are refused from now on."""
+        entry = self._producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            self._producers[producer_id] = ProducerEntry(epoch=epoch)
+
     def to_snapshot(self, below_offset: int) -> list[Any]:
         """Producer state of the batches below `below_offset` (the durable ones)."""
         rows: list[Any] = []
@@ -125,7 +132,7 @@ class ProducerStateTable:
                 for b in e.batches
                 if b.last_offset < below_offset
             ]
-            if batches:
+            if batches or not e.batches:  # an epoch a marker bumped has no batch yet
                 rows.append([pid, e.epoch, batches])
         return rows
 

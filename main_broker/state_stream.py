@@ -47,7 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from internal_rpc.state_frames import ObjectStreamRow, PartitionRow, StateFrame, TopicRow
+from internal_rpc.state_frames import (
+    AbortedRow,
+    ObjectStreamRow,
+    PartitionRow,
+    StateFrame,
+    TopicRow,
+)
 from main_broker.partition_log import PartitionLog
 from s3_commit.manifest_delta import ManifestRow, manifest_delta_rows, manifest_rows
 
@@ -66,6 +72,7 @@ class StateWatcher:
 
     def __init__(self) -> None:
         self.partitions: set[PartitionLog] = set()
+        self.aborted: set[PartitionLog] = set()  # their aborted transactions changed
         self.topics: set[str] = set()
         self.objects = False  # the manifest changed
         self.links = False  # the links floor changed
@@ -76,6 +83,11 @@ class StateWatcher:
         self.sent = trio.Event()
 
     def mark_partition(self, plog: PartitionLog) -> None:
+        self.partitions.add(plog)
+        self.changed.set()
+
+    def mark_aborted(self, plog: PartitionLog) -> None:
+        self.aborted.add(plog)
         self.partitions.add(plog)
         self.changed.set()
 
@@ -99,20 +111,25 @@ class StateWatcher:
 
 
 def partition_row(plog: PartitionLog) -> PartitionRow:
-    # No transactions yet: the last stable offset is the high watermark. (tuple.__new__: a
-    # NamedTuple's own __new__ is a Python call, and a delta has a row per moved partition.)
-    hw = plog.high_watermark
+    # tuple.__new__: a NamedTuple's own __new__ is a Python call, and a delta has a row per
+    # moved partition.
     return _new_row(
         PartitionRow,
         (
             plog.topic,
             plog.partition,
             plog.leader_epoch,
-            hw,
-            hw,
+            plog.high_watermark,
+            plog.last_stable_offset,
             plog.log_start_offset,
             plog.next_offset,
         ),
+    )
+
+
+def aborted_row(plog: PartitionLog) -> AbortedRow:
+    return AbortedRow(
+        plog.topic, plog.partition, tuple((a[0], a[1], a[2]) for a in plog.txns.aborted)
     )
 
 
@@ -127,6 +144,7 @@ def _frame(
     partitions: set[PartitionLog] | list[PartitionLog],
     objects: list[ManifestRow],
     links: bool,
+    aborted: set[PartitionLog] | list[PartitionLog] | None = None,
 ) -> StateFrame:
     live = {n: store.topics[n] for n in topics if n in store.topics}
     topic_rows = tuple(
@@ -159,6 +177,13 @@ def _frame(
         parts=parts,
         objects=tuple([ObjectStreamRow.of(row) for row in objects]) if objects else (),
         links=dict(store.links_floor) if full or links else None,
+        txns=tuple(
+            [
+                aborted_row(p)
+                for p in aborted or ()
+                if p.topic in store.topics and store.topics[p.topic].partitions[p.partition] is p
+            ]
+        ),
     )
 
 
@@ -171,8 +196,16 @@ async def publish_state(
     try:
         everything = [p for t in store.topics.values() for p in t.partitions]
         manifest = store.manifest
+        with_aborted = [p for p in everything if p.txns.aborted]
         frame = _frame(
-            store, node_id, True, set(store.topics), everything, manifest_rows(manifest), True
+            store,
+            node_id,
+            True,
+            set(store.topics),
+            everything,
+            manifest_rows(manifest),
+            True,
+            with_aborted,
         )
         await send(frame.to_wire())
         watcher.frame_sent(manifest)
@@ -182,8 +215,8 @@ async def publish_state(
             await watcher.changed.wait()
             await trio.sleep_until(last_sent + DELTA_INTERVAL_S)
             watcher.changed = trio.Event()
-            topics, partitions = watcher.topics, watcher.partitions
-            watcher.topics, watcher.partitions = set(), set()
+            topics, partitions, aborted = watcher.topics, watcher.partitions, watcher.aborted
+            watcher.topics, watcher.partitions, watcher.aborted = set(), set(), set()
             objects: list[ManifestRow] = []
             if watcher.objects:
                 watcher.objects = False
@@ -199,7 +232,7 @@ async def publish_state(
             ):
                 watcher.frame_sent(manifest)
                 continue
-            frame = _frame(store, node_id, False, topics, partitions, objects, links)
+            frame = _frame(store, node_id, False, topics, partitions, objects, links, aborted)
             last_wal_end = frame.wal_end
             last_sent = trio.current_time()
             await send(frame.to_wire())

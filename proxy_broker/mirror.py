@@ -69,6 +69,9 @@ class MirrorPartition:
         self.log_start_offset = 0
         self.next_offset = 0
         self.index = BatchIndex()
+        # The main's aborted transactions of this partition: (producer id, first offset,
+        # last offset), by last offset (main_broker/partition_txns.py).
+        self.aborted: tuple[tuple[int, int, int], ...] = ()
         # The main's committed objects of this partition (None: no object store, or none yet).
         self.objects: StreamManifest | None = None
         self.stream_id = 0
@@ -106,6 +109,10 @@ class MirrorPartition:
         while n < len(entries) and entries[n].data is None and entries[n].last_offset < end:
             n += 1
         self.index.drop_front(n)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """As the main's PartitionLog answers it, from the mirrored list."""
+        return [(pid, first) for pid, first, last in self.aborted if last >= start and first < end]
 
     @property
     def visible_end(self) -> int:
@@ -282,6 +289,14 @@ class MainMirror:
             topic = self.topics.get(part.topic)
             if topic is not None and part.partition < len(topic.partitions):
                 topic.partitions[part.partition].apply(part)
+        if full:
+            for topic in self.topics.values():
+                for mirrored in topic.partitions:
+                    mirrored.aborted = ()
+        for txns in frame.txns:
+            topic = self.topics.get(txns.topic)
+            if topic is not None and txns.partition < len(topic.partitions):
+                topic.partitions[txns.partition].aborted = txns.aborted
         if full or frame.objects or frame.topics:
             self._apply_objects(frame.objects, full)
         if frame.wal_end != self.wal_end:

@@ -1,9 +1,10 @@
 """Where a proxy relays a Kafka request, and how answers from several mains become one.
 
 Group requests go to the group's coordinator (zone_router.placement, computed the same way
-the mains do). ListOffsets and DeleteRecords are split by partition leader and the answers
-merged, so one request can span partitions led by mains in different zones. ListGroups asks
-every main.
+the mains do), and so do transaction requests to their transactional id's coordinator
+(TxnOffsetCommit to the group's: it holds the offsets). ListOffsets and DeleteRecords are
+split by partition leader and the answers merged, so one request can span partitions led by
+mains in different zones. ListGroups and ListTransactions ask every main.
 Anything else goes to any live main: every main holds the whole cluster metadata, and reads
 the ACL and SCRAM documents from the metadata store on each request (CreateAcls, DescribeAcls,
 DeleteAcls, Describe/AlterUserScramCredentials), so any main answers them alike.
@@ -45,6 +46,11 @@ MULTI_GROUP_APIS = {
     API_DELETE_GROUPS: ("groups_names", "results"),
     API_CONSUMER_GROUP_DESCRIBE: ("group_ids", "groups"),
 }
+# Transactions: a transactional id is placed on a main as a group id is.
+API_INIT_PRODUCER_ID, API_ADD_PARTITIONS_TO_TXN, API_ADD_OFFSETS_TO_TXN = 22, 24, 25
+API_END_TXN, API_TXN_OFFSET_COMMIT = 26, 28
+API_DESCRIBE_TRANSACTIONS, API_LIST_TRANSACTIONS = 65, 66
+SINGLE_TXN_APIS = {API_INIT_PRODUCER_ID, API_ADD_OFFSETS_TO_TXN, API_END_TXN}
 
 Merge = Callable[[Sequence[bytes]], bytes]
 
@@ -91,6 +97,37 @@ def plan_relay(
             by_main[default] = []  # an empty list still gets its (empty) answer
         merge = _merge_lists(header, results_field)
         return _split(header, request, by_main, ids_field, merge)
+    if key in SINGLE_TXN_APIS:
+        tid = getattr(decode_request(header, frame), "transactional_id", None)
+        return RelayPlan([(_coordinator(tid or "", mains, default), frame)])
+    if key == API_TXN_OFFSET_COMMIT:  # to the group's coordinator, which holds the offsets
+        group = getattr(decode_request(header, frame), "group_id", "")
+        return RelayPlan([(_coordinator(group, mains, default), frame)])
+    if key == API_ADD_PARTITIONS_TO_TXN:
+        request = decode_request(header, frame)
+        if header.api_version < 4:
+            tid = request.v3_and_below_transactional_id
+            return RelayPlan([(_coordinator(tid, mains, default), frame)])
+        by_txn: dict[int, list[dict[str, Any]]] = {}
+        for txn in entity_to_data(request)["transactions"]:
+            by_txn.setdefault(_coordinator(txn["transactional_id"], mains, default), []).append(txn)
+        if not by_txn:
+            by_txn[default] = []
+        merge = _merge_lists(header, "results_by_transaction")
+        return _split(header, request, by_txn, "transactions", merge)
+    if key == API_DESCRIBE_TRANSACTIONS:
+        request = decode_request(header, frame)
+        by_id: dict[int, list[str]] = {}
+        for tid in request.transactional_ids:
+            by_id.setdefault(_coordinator(tid, mains, default), []).append(tid)
+        if not by_id:
+            by_id[default] = []
+        merge = _merge_lists(header, "transaction_states")
+        return _split(header, request, by_id, "transactional_ids", merge)
+    if key == API_LIST_TRANSACTIONS:
+        # Every main's transactions; the unknown state filters are the first main's (the
+        # same on each).
+        return RelayPlan([(m, frame) for m in mains], _merge_lists(header, "transaction_states"))
     if key == API_LIST_GROUPS:
         return RelayPlan([(m, frame) for m in mains], _merge_lists(header, "groups"))
     if key in (API_LIST_OFFSETS, API_DELETE_RECORDS):

@@ -26,8 +26,11 @@ def data_header(
     last_offset: int,
     max_timestamp: int,
     producer: tuple[int, int, int, int, int] | None = None,
+    transactional: bool = False,
 ) -> dict[str, Any]:
-    """Header of a DATA record; `producer` is (id, epoch, base seq, last seq, append time ms)."""
+    """Header of a DATA record; `producer` is (id, epoch, base seq, last seq, append time ms).
+    A transactional batch's header says so (`tx`), so replay knows the transactions a
+    partition has open without reading the batch."""
     header: dict[str, Any] = {
         "t": topic,
         "p": partition,
@@ -37,7 +40,32 @@ def data_header(
     }
     if producer is not None:
         header["pid"], header["pe"], header["s"], header["ls"], header["at"] = producer
+        if transactional:
+            header["tx"] = 1
     return header
+
+
+def marker_header(
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+) -> dict[str, Any]:
+    """Header of the DATA record of a transaction marker (a control batch): `cm` is its
+    type (1 COMMIT, 0 ABORT), so replay closes the producer's transaction from the header."""
+    return {
+        "t": topic,
+        "p": partition,
+        "b": offset,
+        "l": offset,
+        "ts": timestamp,
+        "pid": producer_id,
+        "pe": producer_epoch,
+        "cm": int(commit),
+    }
 
 
 def link_header(

@@ -176,7 +176,7 @@ def test_admission_is_one_rule_with_kafkas_order() -> None:
     assert refused(acks=5) == ErrorCode.invalid_required_acks
 
 
-def test_transactional_batches_are_refused_until_transactions_exist() -> None:
+def test_a_transactional_batch_opens_a_transaction_that_holds_back_the_last_stable_offset() -> None:
     node = Node()
     node.topic()
     records = _records(1, pid=3, epoch=0, seq=0)
@@ -186,8 +186,20 @@ def test_transactional_batches_are_refused_until_transactions_exist() -> None:
         "t", 0, acks=-1, records_size=len(records), now_ms=NOW, api_version=9, batch=info,
         prepared=PREPARED,
     )  # fmt: skip
-    assert isinstance(decision, Refusal)
-    assert decision.error_code == ErrorCode.transactional_id_authorization_failed
+    assert isinstance(decision, Appended)
+    assert decision.intent.transactional
+    plog = decision.intent.plog
+    plog.mark_durable(decision.intent.entry, PREPARED)
+    assert plog.high_watermark == 1
+    assert plog.last_stable_offset == 0
+    # The producer's plain batch is refused while its transaction is open.
+    plain = _records(1, pid=3, epoch=0, seq=1)
+    refused = node.appender().decide(
+        "t", 0, acks=-1, records_size=len(plain), now_ms=NOW, api_version=9,
+        records=memoryview(bytearray(plain)),
+    )  # fmt: skip
+    assert isinstance(refused, Refusal)
+    assert refused.error_code == ErrorCode.invalid_txn_state
 
 
 # -- the idempotent producer's rules, as properties --------------------------------------------

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "main_broker"
 
 # main_broker's sub-packages, lowest first: each may import the core and those before it.
-LAYERS = ["security", "objects", "groups", "cluster", "api"]
+LAYERS = ["security", "objects", "groups", "cluster", "txn", "api"]
 
 LOWER = {"kafka_wire", "internal_rpc", "zone_router", "shared_wal", "s3_commit", "telemetry"}
 PRODUCT = LOWER | {"main_broker", "proxy_broker", "cost_report", "fleet"}

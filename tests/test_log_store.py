@@ -361,8 +361,9 @@ async def test_a_participant_registering_after_replay_started_is_refused(tmp_pat
 
 async def test_snapshot_body_keeps_its_sections_and_their_order(tmp_path: Path) -> None:
     """The SNAPSHOT record is msgpack of the body: the registry writes the sections in the
-    order the previous release did, an unowned one empty, so a node of either version reads
-    the other's snapshots."""
+    order the previous release did, an unowned one empty, and the transactions' sections
+    (issue 13) after them, so a node of either version reads the other's snapshots (the
+    previous release ignores sections it does not know)."""
     committed = {"g": [["t", 0, 5, 1, "m"]]}
     store, wal = await _open(
         f"osfs://{tmp_path}", WalConfig(), offsets=_Offsets(committed=committed)
@@ -376,6 +377,8 @@ async def test_snapshot_body_keeps_its_sections_and_their_order(tmp_path: Path) 
         "docs": {"acls": b"x"},
         "groups": {},
         "consumer_groups": {},
+        "txn_offsets": {},
+        "transactions": {},
     }
     assert (header, payload) == wal_records.snapshot_record(body)
     assert list(wal_records.decode_snapshot(memoryview(payload))) == list(body)

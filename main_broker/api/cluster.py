@@ -1,4 +1,4 @@
-"""Cluster APIs of the main broker: Metadata, DescribeCluster, FindCoordinator, InitProducerId."""
+"""Cluster APIs of the main broker: Metadata, DescribeCluster, FindCoordinator."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from main_broker.api.topics_admin import topic_name_error
+from main_broker.txn.state import valid_transactional_id
 
 if TYPE_CHECKING:
     from main_broker.api.services import BrokerServices
@@ -184,23 +185,39 @@ async def describe_cluster(broker: BrokerServices, ctx: RequestContext, req: Any
     }
 
 
+COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1
+
+
+def _coordinator_error(key_type: int, key: str) -> tuple[ErrorCode, str] | None:
+    if key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
+        # A coordinator this fleet does not offer (2: share groups): fail fast, as Kafka
+        # does for a key type it does not know, rather than COORDINATOR_NOT_AVAILABLE,
+        # which clients retry for ever.
+        return ErrorCode.invalid_request, f"coordinator key type {key_type} is not supported"
+    if key_type == COORDINATOR_TRANSACTION and not valid_transactional_id(key):
+        return ErrorCode.invalid_request, "the transactional id is empty or too long"
+    return None
+
+
 async def find_coordinator(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     key_type = getattr(req, "key_type", 0)
     keys = list(req.coordinator_keys) if hasattr(req, "coordinator_keys") else [req.key]
     coordinators = []
     for key in keys:
-        if key_type != 0:
+        error = _coordinator_error(key_type, key)
+        if error is not None:
             coordinators.append(
                 {
                     "key": key,
                     "node_id": -1,
                     "host": "",
                     "port": -1,
-                    "error_code": ErrorCode.coordinator_not_available,
-                    "error_message": "transactions are not supported yet",
+                    "error_code": error[0],
+                    "error_message": error[1],
                 }
             )
         else:
+            # Transactional ids are placed as group ids are (zone_router.placement).
             peer = broker.cluster.coordinator_for(key)
             node_id, host, port = peer.node_id, peer.host, peer.port
             coordinators.append(
@@ -217,14 +234,3 @@ async def find_coordinator(broker: BrokerServices, ctx: RequestContext, req: Any
         first = coordinators[0]
         return {**first, "error_message": first["error_message"]}
     return {"coordinators": coordinators}
-
-
-async def init_producer_id(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    if getattr(req, "transactional_id", None):
-        return {
-            "error_code": ErrorCode.transactional_id_authorization_failed,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
-    pid = broker.cluster.producer_id(await broker.store.allocate_producer_id())
-    return {"error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": 0}

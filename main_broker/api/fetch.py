@@ -113,7 +113,10 @@ async def list_offsets(broker: BrokerServices, ctx: RequestContext, req: Any) ->
                 if ts == EARLIEST:
                     out["offset"] = plog.log_start_offset
                 elif ts == LATEST:
-                    out["offset"] = plog.high_watermark
+                    read_committed = getattr(req, "isolation_level", 0) == 1
+                    out["offset"] = (
+                        plog.last_stable_offset if read_committed else plog.high_watermark
+                    )
                 elif ts == EARLIEST_LOCAL and ctx.header.api_version >= 8:
                     out["offset"] = max(plog.wal_start_offset, plog.log_start_offset)
                 elif ts == MAX_TIMESTAMP:

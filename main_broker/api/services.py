@@ -17,10 +17,13 @@ if TYPE_CHECKING:
     from main_broker.appender import Appender
     from main_broker.cluster.view import ClusterView
     from main_broker.config import BrokerConfig
+    from main_broker.groups.coordinator import GroupCoordinator
+    from main_broker.groups.txn_offsets import PendingTxnOffsets
     from main_broker.log_store import LogStore
     from main_broker.objects.retention import ObjectRetention
     from main_broker.partition_log import PartitionLog
     from main_broker.security.state import SecurityState
+    from main_broker.txn.coordinator import TxnCoordinator
     from telemetry import BrokerMetrics
 
 
@@ -44,6 +47,12 @@ class BrokerServices(AppendHost, Protocol):
     def retention(self) -> ObjectRetention | None: ...
     @property
     def confirms(self) -> ConfirmSequencer: ...
+    @property
+    def coordinator(self) -> GroupCoordinator: ...
+    @property
+    def txn(self) -> TxnCoordinator: ...
+    @property
+    def txn_offsets(self) -> PendingTxnOffsets: ...
 
     def may_append(self, plog: PartitionLog) -> bool: ...
     def leader_hints(self, ctx: RequestContext) -> HintSource: ...

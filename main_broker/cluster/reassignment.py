@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from main_broker.partition_txns import PartitionTxns
 from main_broker.producer_state import BatchMetadata, ProducerStateTable
 from shared_wal import broker_records as wal_records
 
@@ -363,10 +364,16 @@ class TailBatch:
         """The DATA record header the target writes for it: the same offsets, timestamp and
         producer keys (a LINK's pointer keys are gone: the target's record holds the bytes)."""
         h = self.header
+        if "cm" in h:  # a transaction marker
+            return wal_records.marker_header(
+                h["t"], h["p"], h["b"], h["ts"], h["pid"], h["pe"], bool(h["cm"])
+            )
         producer = None
         if int(h.get("pid", -1)) >= 0:
             producer = (h["pid"], h["pe"], h["s"], h["ls"], h.get("at", 0))
-        return wal_records.data_header(h["t"], h["p"], h["b"], h["l"], h["ts"], producer)
+        return wal_records.data_header(
+            h["t"], h["p"], h["b"], h["l"], h["ts"], producer, bool(h.get("tx"))
+        )
 
 
 @dataclass(slots=True)
@@ -376,6 +383,8 @@ class Tail:
     producers: list[Any] = field(default_factory=list)  # ProducerStateTable snapshot rows
     log_start: int = 0  # DeleteRecords / snapshot floor seen in the source's WAL
     gap: tuple[int, int] | None = None  # [from, to): offsets neither objects nor WAL hold
+    # PartitionTxns snapshot of the offsets below `start` (the tail's batches bring the rest)
+    txns: dict[str, Any] = field(default_factory=dict)
 
     @property
     def end(self) -> int:
@@ -404,6 +413,7 @@ class TailCollector:
 
     def _reset(self) -> None:
         self.producers = ProducerStateTable()
+        self.txns = PartitionTxns()
         self.batches: list[TailBatch] = []
         self.next_offset = 0
         self.log_start = 0
@@ -426,7 +436,13 @@ class TailCollector:
             return  # covered already (a snapshot or an earlier copy)
         self.next_offset = last + 1
         pid = int(header.get("pid", -1))
-        if pid >= 0:
+        if "cm" in header:
+            self.producers.bump_epoch(pid, int(header["pe"]))
+            if base < self.start:  # the target replays the tail's markers itself
+                self.txns.on_marker(pid, base, bool(header["cm"]))
+        elif pid >= 0:
+            if header.get("tx") and base < self.start:
+                self.txns.on_transactional_batch(pid, base)
             meta = BatchMetadata(
                 int(header["s"]), int(header["ls"]), base, last, int(header.get("at", 0))
             )
@@ -447,6 +463,7 @@ class TailCollector:
             if self._ours and self.partition < len(parts):
                 snap = parts[self.partition]
                 self.producers = ProducerStateTable.from_snapshot(snap.get("pr", []))
+                self.txns = PartitionTxns.from_snapshot(snap.get("tx"))
                 self.next_offset = int(snap.get("no", 0))
                 self.log_start = int(snap.get("ls", 0))
 
@@ -466,6 +483,7 @@ class TailCollector:
             if self._ours:
                 self._reset()
                 self.producers = ProducerStateTable.from_snapshot(header.get("pr", []))
+                self.txns = PartitionTxns.from_snapshot(header.get("tx"))
                 self.next_offset = int(header["s"])
                 self.log_start = int(header.get("ls", 0))
         elif kind == "log_start" and (header.get("t"), header.get("p")) == (
@@ -481,6 +499,7 @@ class TailCollector:
         if tail.batches and tail.batches[0].base_offset > self.start:
             tail.gap = (self.start, tail.batches[0].base_offset)
         tail.producers = self.producers.to_snapshot(max(tail.end, self.next_offset))
+        tail.txns = self.txns.to_snapshot(self.start)
         return tail
 
 
@@ -512,4 +531,5 @@ def takeover_header(move: Move, tail: Tail) -> dict[str, Any]:
         "s": tail.start,
         "ls": tail.log_start,
         "pr": tail.producers,
+        "tx": tail.txns,
     }

@@ -335,6 +335,9 @@ class ClusterRole:
     def producer_id(self, local_id: int) -> int:
         return local_id * PRODUCER_ID_STRIDE + self.node_id
 
+    def peer_rpc(self, node_id: int) -> RpcClient | None:
+        return self._peer_rpcs.get(node_id)
+
     def _poke_peers(self) -> None:
         for node, rpc in self._peer_rpcs.items():
             self.broker.commit_nursery.start_soon(self._poke, node, rpc)

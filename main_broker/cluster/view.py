@@ -24,6 +24,7 @@ from main_broker.config import BrokerConfig, MainPeer
 from main_broker.security.doc_store import DocumentStore, WalDocuments
 
 if TYPE_CHECKING:
+    from internal_rpc import RpcClient
     from main_broker.log_store import LogStore, TopicState
     from main_broker.partition_log import PartitionLog
 
@@ -55,6 +56,10 @@ class ClusterView(Protocol):
 
     def producer_id(self, local_id: int) -> int:
         """The fleet-wide producer id of one this main's store allocated."""
+        ...
+
+    def peer_rpc(self, node_id: int) -> RpcClient | None:
+        """The internal RPC client to another main (None: no such main, or no RPC)."""
         ...
 
     def fresh(self) -> bool:
@@ -148,6 +153,9 @@ class LoneMain:
 
     def producer_id(self, local_id: int) -> int:
         return local_id
+
+    def peer_rpc(self, node_id: int) -> RpcClient | None:
+        return None
 
     def fresh(self) -> bool:
         return True  # no other main can take a partition over
