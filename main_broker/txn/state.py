@@ -30,7 +30,9 @@ __all__ = [
 ]
 
 MAX_PRODUCER_EPOCH = 32767
-MAX_TRANSACTIONAL_ID_BYTES = 32767  # Kafka's string limit (a wire short)
+# Kafka itself stops only at its string limit (32767); an id this long is a mistake, and every
+# record of the transaction state repeats it.
+MAX_TRANSACTIONAL_ID_BYTES = 1024
 
 TopicPartition = tuple[str, int]
 
