@@ -30,7 +30,14 @@ from main_broker.api.topics_admin import (
     replication_error,
 )
 from main_broker.cluster.doc import ClusterDoc, PartitionCountChanged, UnknownTopic
-from main_broker.topic_config import TOPIC_CONFIG_KEYS, TYPE_LIST, TYPE_LONG, EffectiveTopicConfig
+from main_broker.topic_config import (
+    NO_EFFECT,
+    TOPIC_CONFIG_KEYS,
+    TYPE_DOUBLE,
+    TYPE_LIST,
+    TYPE_LONG,
+    EffectiveTopicConfig,
+)
 from zone_router import place_partitions
 
 TOPIC_ID = bytes(range(16))
@@ -69,7 +76,16 @@ def test_incremental_set_delete_append_subtract() -> None:
         ([("retention.ms", OP_SET, "x")], ErrorCode.invalid_config, "retention.ms"),
         ([("retention.ms", OP_SET, None)], ErrorCode.invalid_request, "Null value"),
         ([("cleanup.policy", OP_APPEND, None)], ErrorCode.invalid_request, "Null value"),
-        ([("cleanup.policy", OP_SUBTRACT, "delete")], ErrorCode.invalid_config, "cleanup"),
+        ([("cleanup.policy", OP_SET, "delete,never")], ErrorCode.invalid_config, "cleanup"),
+        ([("min.cleanable.dirty.ratio", OP_SET, "1.5")], ErrorCode.invalid_config, "ratio"),
+        ([("delete.retention.ms", OP_SET, "-1")], ErrorCode.invalid_config, "delete.retention"),
+        ([("compression.gzip.level", OP_SET, "0")], ErrorCode.invalid_config, "gzip"),
+        ([("message.format.version", OP_SET, "x")], ErrorCode.invalid_config, "format"),
+        (
+            [("min.compaction.lag.ms", OP_SET, "10"), ("max.compaction.lag.ms", OP_SET, "5")],
+            ErrorCode.invalid_config,
+            "min.compaction.lag.ms (10) > max.compaction.lag.ms (5)",
+        ),
         ([("retention.ms", 9, "1")], ErrorCode.invalid_request, "operation"),
         (
             [("retention.ms", OP_SET, "1"), ("retention.ms", OP_DELETE, None)],
@@ -85,6 +101,75 @@ def test_incremental_refusals(
         incremental_topic_configs({}, ops)
     assert info.value.code == code
     assert text in info.value.message
+
+
+def test_every_kafka_log_config_is_accepted_with_its_type() -> None:
+    # Kafka 3.9/4.x LogConfig's topic keys, as clients and tools set them.
+    kafka = {
+        "cleanup.policy": "compact,delete",
+        "compression.gzip.level": "9",
+        "compression.lz4.level": "17",
+        "compression.type": "zstd",
+        "compression.zstd.level": "-5",
+        "delete.retention.ms": "1000",
+        "file.delete.delay.ms": "0",
+        "flush.messages": "10",
+        "flush.ms": "0",
+        "follower.replication.throttled.replicas": "0:1,1:2",
+        "index.interval.bytes": "0",
+        "leader.replication.throttled.replicas": "*",
+        "local.retention.bytes": "-2",
+        "local.retention.ms": "-2",
+        "max.compaction.lag.ms": "9000",
+        "max.message.bytes": "1000",
+        "message.downconversion.enable": "false",
+        "message.format.version": "3.0-IV1",
+        "message.timestamp.after.max.ms": "0",
+        "message.timestamp.before.max.ms": "0",
+        "message.timestamp.difference.max.ms": "0",
+        "message.timestamp.type": "LogAppendTime",
+        "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "5",
+        "min.insync.replicas": "2",
+        "preallocate": "true",
+        "remote.log.copy.disable": "false",
+        "remote.log.delete.on.disable": "false",
+        "remote.storage.enable": "false",
+        "retention.bytes": "-1",
+        "retention.ms": "-1",
+        "segment.bytes": "14",
+        "segment.index.bytes": "4",
+        "segment.jitter.ms": "0",
+        "segment.ms": "1",
+        "unclean.leader.election.enable": "true",
+    }
+    assert set(TOPIC_CONFIG_KEYS) == set(kafka)
+    out = replace_topic_configs(list(kafka.items()))
+    assert out["min.cleanable.dirty.ratio"] == "0.01"
+    assert TOPIC_CONFIG_KEYS["min.cleanable.dirty.ratio"].config_type == TYPE_DOUBLE
+    assert TOPIC_CONFIG_KEYS["delete.retention.ms"].config_type == TYPE_LONG
+    assert TOPIC_CONFIG_KEYS["file.delete.delay.ms"].doc.startswith(NO_EFFECT)
+    assert TOPIC_CONFIG_KEYS["message.format.version"].doc.startswith(NO_EFFECT)
+    assert not TOPIC_CONFIG_KEYS["delete.retention.ms"].doc.startswith(NO_EFFECT)
+    effective = EffectiveTopicConfig.from_explicit(out, {})
+    assert effective.min_cleanable_dirty_ratio == 0.01
+    assert (effective.min_compaction_lag_ms, effective.max_compaction_lag_ms) == (5, 9000)
+    assert effective.delete_retention_ms == 1000
+    # Defaults as Kafka's, and the broker-level default (its log.cleaner.* synonym) applies.
+    default = EffectiveTopicConfig.from_explicit({}, {"delete.retention.ms": "7"})
+    assert default.min_cleanable_dirty_ratio == 0.5
+    assert (default.min_compaction_lag_ms, default.max_compaction_lag_ms) == (0, 2**63 - 1)
+    assert default.delete_retention_ms == 7
+    assert TOPIC_CONFIG_KEYS["delete.retention.ms"].broker_key == "log.cleaner.delete.retention.ms"
+
+
+def test_cleanup_policy_may_be_empty() -> None:
+    # Kafka accepts an empty list: neither delete nor compact, the data is kept forever.
+    out = incremental_topic_configs({}, [("cleanup.policy", OP_SUBTRACT, "delete")])
+    assert out == {"cleanup.policy": ""}
+    effective = EffectiveTopicConfig.from_explicit(out, {})
+    assert not effective.compacted and not effective.retention_deletes
+    assert replace_topic_configs([("cleanup.policy", "")]) == {"cleanup.policy": ""}
 
 
 def test_replace_is_the_whole_set_and_validated() -> None:
