@@ -30,6 +30,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    NewTopic,
     ResourceType,
 )
 from kafka.admin import ConfigResource as KafkaConfigResource
@@ -259,6 +260,81 @@ def test_incremental_alter_refusals_and_validate_only(
     error = _incremental_error(admin, broker)
     assert error.code() == KafkaError.INVALID_REQUEST
     assert "Cannot update these configs dynamically" in error.str()
+
+
+def test_kafka_standard_topic_configs_and_an_empty_cleanup_policy(
+    zone_fleet: tuple[FleetProcess, ZoneFleet],
+) -> None:
+    """Kafka's standard topic configs (cleaner settings, deprecated ones, ones with no meaning
+    here) through a proxy: CreateTopics, AlterConfigs and IncrementalAlterConfigs take them,
+    DescribeConfigs shows them with their type; the last cleanup.policy may be subtracted."""
+    _, fleet = zone_fleet
+    topic = _topic()
+    admin = _admin(fleet.bootstrap(ZONE))
+    configs = {
+        "min.cleanable.dirty.ratio": "0.1",
+        "delete.retention.ms": "1000",
+        "file.delete.delay.ms": "0",
+        "message.format.version": "3.0-IV1",
+        "min.compaction.lag.ms": "10",
+        "max.compaction.lag.ms": "100000",
+        "segment.jitter.ms": "5",
+    }
+    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(30)
+    entries = _describe(admin, topic, request_timeout=30)
+    for name, value in configs.items():
+        assert entries[name].value == value, name
+        assert entries[name].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    _incremental(
+        admin,
+        topic,
+        ("min.cleanable.dirty.ratio", "0.75", AlterConfigOpType.SET),
+        ("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT),
+    )
+    entries = _describe(admin, topic)
+    assert entries["min.cleanable.dirty.ratio"].value == "0.75"
+    assert entries["cleanup.policy"].value == ""
+    bad = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry(
+                "min.cleanable.dirty.ratio", "2", incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    assert _incremental_error(admin, bad).code() == KafkaError.INVALID_CONFIG
+    replace = ConfigResource(
+        ResourceType.TOPIC, topic, set_config={"delete.retention.ms": "5", "flush.ms": "7"}
+    )
+    with pytest.warns(DeprecationWarning, match="alter_configs"):
+        admin.alter_configs([replace])[replace].result(30)
+    entries = _describe(admin, topic)
+    assert (entries["delete.retention.ms"].value, entries["flush.ms"].value) == ("5", "7")
+    assert entries["min.cleanable.dirty.ratio"].value == "0.5"  # back to the default
+    # Types and documentation (DescribeConfigs v4: config_type DOUBLE = 6).
+    raw = RawKafka(fleet.bootstrap(ZONE), client_id=zone_client_id(ZONE))
+    try:
+        resp = raw.request(
+            32,
+            4,
+            {
+                "resources": [
+                    {
+                        "resource_type": 2,
+                        "resource_name": topic,
+                        "configuration_keys": ["min.cleanable.dirty.ratio", "file.delete.delay.ms"],
+                    }
+                ],
+                "include_synonyms": False,
+                "include_documentation": True,
+            },
+        )
+    finally:
+        raw.close()
+    described = {c.name: c for c in resp.results[0].configs}
+    assert described["min.cleanable.dirty.ratio"].config_type == 6  # DOUBLE
+    assert "no effect" in described["file.delete.delay.ms"].documentation
 
 
 def test_alter_configs_replaces_the_set(zone_fleet: tuple[FleetProcess, ZoneFleet]) -> None:
