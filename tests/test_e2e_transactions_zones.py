@@ -1,0 +1,338 @@
+"""Exactly once through the zone proxies, across kill -9 (issue 13).
+
+A confluent-kafka consume-transform-produce loop: its consumer reads the input through az1's
+proxy, its transactional producer writes the output and the consumer's offsets through
+az2's. Meanwhile the main that coordinates the transactional id is killed (-9) in the middle
+of a transaction, and so is the leader of an output partition between AddPartitionsToTxn
+and EndTxn; each comes back on its WAL. A read_committed consumer in az3 then reads the
+output: every input exactly once, no aborted record, and nothing past the last stable
+offset (its last read ends at the LSO ListOffsets gives)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
+
+from tests.raw_kafka import RawKafka
+from tests.zone_fleet import (
+    NodeProcess,
+    SplitFleet,
+    create_topic,
+    produce_confluent,
+    true_leader_zones,
+    zone_client_id,
+)
+from zone_router import group_coordinator
+
+PARTITIONS = 3
+INPUTS = 240
+PER_TXN = 8
+
+
+@pytest.fixture
+def split_fleet(tmp_path: Path) -> Iterator[SplitFleet]:
+    fleet = SplitFleet(tmp_path / "fleet").start()
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+
+
+def _main(fleet: SplitFleet, node_id: int) -> NodeProcess:
+    return next(m for m in fleet.mains if m.node_id == node_id)
+
+
+def _main_of_zone(fleet: SplitFleet, zone: str) -> NodeProcess:
+    node = next(m.broker.node_id for m in fleet.fleet.config.mains if m.broker.zone == zone)
+    return _main(fleet, node)
+
+
+class Loop:
+    """The consume-transform-produce loop, one transaction per `step`."""
+
+    def __init__(self, fleet: SplitFleet, source: str, sink: str, tid: str, group: str) -> None:
+        self.fleet = fleet
+        self.source, self.sink, self.tid, self.group = source, sink, tid, group
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": fleet.fleet.bootstrap("az1"),
+                "client.id": zone_client_id("az1"),
+                "group.id": group,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "reconnect.backoff.max.ms": 500,
+            }
+        )
+        self.consumer.assign([TopicPartition(source, p) for p in range(PARTITIONS)])
+        self.producer = self._new_producer()
+        self.done: set[bytes] = set()
+        self.aborts = 0
+
+    def _new_producer(self) -> Producer:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.fleet.fleet.bootstrap("az2"),
+                "client.id": zone_client_id("az2"),
+                "transactional.id": self.tid,
+                "transaction.timeout.ms": 60000,
+                "message.timeout.ms": 60000,
+                "reconnect.backoff.max.ms": 500,
+            }
+        )
+        producer.init_transactions(60)
+        return producer
+
+    def _rewind(self) -> None:
+        """After an abort: back to the committed offsets (what the output holds)."""
+        committed = self.consumer.committed(
+            [TopicPartition(self.source, p) for p in range(PARTITIONS)], timeout=30
+        )
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            self.consumer.seek(TopicPartition(self.source, tp.partition, offset))
+
+    def begin(self) -> list[bytes] | None:
+        """Poll a batch and produce its outputs in a new transaction (not committed yet)."""
+        msgs = [m for m in self.consumer.consume(PER_TXN, 1.0) if not m.error()]
+        if not msgs:
+            return None
+        self.producer.begin_transaction()
+        for m in msgs:
+            value = m.value()
+            assert value is not None
+            self.producer.produce(self.sink, b"out-" + value, m.key(), partition=m.partition())
+        self.producer.flush(60)  # AddPartitionsToTxn and the produce are done now
+        return [m.value() for m in msgs if m.value() is not None]  # type: ignore[misc]
+
+    def commit(self, values: list[bytes]) -> None:
+        try:
+            offsets = self.consumer.position(
+                [TopicPartition(self.source, p) for p in range(PARTITIONS)]
+            )
+            self.producer.send_offsets_to_transaction(
+                [tp for tp in offsets if tp.offset >= 0],
+                self.consumer.consumer_group_metadata(),
+                60,
+            )
+            self.producer.commit_transaction(60)
+            self.done.update(values)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            self.aborts += 1
+            if error.txn_requires_abort():
+                self.producer.abort_transaction(60)
+            elif error.fatal():
+                self.producer = self._new_producer()
+            elif not error.retriable():
+                raise
+            self._rewind()
+
+    def step(self) -> bool:
+        values = self.begin()
+        if values is None:
+            return False
+        self.commit(values)
+        return True
+
+
+def _list_offsets(fleet: SplitFleet, topic: str, partition: int) -> tuple[int, int]:
+    """(high watermark, last stable offset) by ListOffsets latest through az3's proxy."""
+    raw = RawKafka(fleet.fleet.bootstrap("az3"), client_id=zone_client_id("az3"))
+    out = []
+    try:
+        for isolation in (0, 1):
+            resp = raw.request(
+                2,
+                5,
+                {
+                    "replica_id": -1,
+                    "isolation_level": isolation,
+                    "topics": [
+                        {
+                            "name": topic,
+                            "partitions": [
+                                {
+                                    "partition_index": partition,
+                                    "current_leader_epoch": -1,
+                                    "timestamp": -1,
+                                }
+                            ],
+                        }
+                    ],
+                },
+            )
+            out.append(int(resp.topics[0].partitions[0].offset))
+    finally:
+        raw.close()
+    return out[0], out[1]
+
+
+def _read_committed_output(fleet: SplitFleet, sink: str, expect: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": fleet.fleet.bootstrap("az3"),
+            "client.id": zone_client_id("az3"),
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(sink, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got: list[bytes] = []
+    last: dict[int, int] = {}
+    at_eof = dict.fromkeys(range(PARTITIONS), False)
+    deadline = time.monotonic() + 60
+    try:
+        while not (len(got) >= expect and all(at_eof.values())):
+            assert time.monotonic() < deadline, f"read {len(got)} of {expect}"
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_eof[msg.partition() or 0] = True
+                continue
+            at_eof[msg.partition() or 0] = False
+            value = msg.value()
+            assert value is not None
+            got.append(value)
+            last[msg.partition() or 0] = msg.offset() or 0
+    finally:
+        consumer.close()
+    # Nothing past the last stable offset: each partition's last record lies below it.
+    for partition, offset in last.items():
+        assert offset < _list_offsets(fleet, sink, partition)[1]
+    return got
+
+
+def test_exactly_once_through_proxies_across_kills(split_fleet: SplitFleet) -> None:
+    fleet = split_fleet.fleet
+    source, sink = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    create_topic(fleet, "az1", source, PARTITIONS)
+    create_topic(fleet, "az1", sink, PARTITIONS)
+    produce_confluent(fleet.bootstrap("az1"), "az1", source, INPUTS, "in")
+    main_ids = sorted(m.broker.node_id for m in fleet.config.mains)
+    tid = f"eos-{uuid.uuid4().hex[:8]}"
+    loop = Loop(split_fleet, source, sink, tid, f"eos-group-{uuid.uuid4().hex[:8]}")
+    coordinator = _main(split_fleet, group_coordinator(tid, main_ids))
+    leader_zones = true_leader_zones(fleet, sink)
+    # An output partition whose leader is not the coordinator.
+    leader = next(
+        m
+        for p in range(PARTITIONS)
+        if (m := _main_of_zone(split_fleet, leader_zones[p])) is not coordinator
+    )
+    kills = {"coordinator": False, "leader": False}
+    steps = 0
+    deadline = time.monotonic() + 240
+    idle = 0
+    while len(loop.done) < INPUTS:
+        assert time.monotonic() < deadline, f"{len(loop.done)} of {INPUTS} processed"
+        steps += 1
+        if steps == 4 and not kills["coordinator"]:
+            # Mid-transaction: outputs produced, not committed, when the coordinator dies.
+            values = loop.begin()
+            assert values is not None
+            coordinator.kill()
+            coordinator.launch().wait_healthy(60)
+            kills["coordinator"] = True
+            loop.commit(values)
+            continue
+        if steps == 9 and not kills["leader"]:
+            # Between AddPartitionsToTxn (the produce's) and EndTxn: the leader dies.
+            values = loop.begin()
+            assert values is not None
+            leader.kill()
+            leader.launch().wait_healthy(60)
+            kills["leader"] = True
+            loop.commit(values)
+            continue
+        if not loop.step():
+            idle += 1
+    assert all(kills.values())
+    output = _read_committed_output(split_fleet, sink, INPUTS)
+    counts = Counter(output)
+    assert not [v for v, c in counts.items() if c > 1], "an input was processed twice"
+    assert set(output) == {b"out-in-%d" % i for i in range(INPUTS)}
+
+
+def _leader_of(fleet: SplitFleet, topic: str, partition: int) -> int:
+    zone = true_leader_zones(fleet.fleet, topic)[partition]
+    return _main_of_zone(fleet, zone).node_id
+
+
+def test_end_txn_after_a_leader_move_commits_on_the_new_leader(split_fleet: SplitFleet) -> None:
+    fleet = split_fleet.fleet
+    topic = f"moved-{uuid.uuid4().hex[:8]}"
+    create_topic(fleet, "az1", topic, 1)
+    producer = Producer(
+        {
+            "bootstrap.servers": fleet.bootstrap("az2"),
+            "client.id": zone_client_id("az2"),
+            "transactional.id": f"move-{topic}",
+        }
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, b"moved-%d" % i, partition=0)
+    producer.flush(60)
+    source = _leader_of(split_fleet, topic, 0)
+    target = next(m.node_id for m in split_fleet.mains if m.node_id != source)
+    admin = KafkaAdminClient(
+        bootstrap_servers=fleet.bootstrap("az1"), client_id=zone_client_id("az1")
+    )
+    try:
+        moved = admin.alter_partition_reassignments({KafkaTopicPartition(topic, 0): [target]})
+        assert moved == {KafkaTopicPartition(topic, 0): None}
+        deadline = time.monotonic() + 60
+        while admin.list_partition_reassignments({topic: [0]}) or (
+            _leader_of(split_fleet, topic, 0) != target
+        ):
+            assert time.monotonic() < deadline, "the move did not finish"
+            time.sleep(0.1)
+    finally:
+        admin.close()
+    # The open transaction moved with the partition: still above the LSO, and the marker
+    # EndTxn sends now goes to the new leader.
+    assert _list_offsets(split_fleet, topic, 0) == (3, 0)
+    producer.commit_transaction(60)
+    assert _list_offsets(split_fleet, topic, 0) == (4, 4)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": fleet.bootstrap("az3"),
+            "client.id": zone_client_id("az3"),
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 3:
+            assert time.monotonic() < deadline, f"read {got}"
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error() and msg.value() is not None:
+                got.append(msg.value())  # type: ignore[arg-type]
+    finally:
+        consumer.close()
+    assert got == [b"moved-0", b"moved-1", b"moved-2"]
