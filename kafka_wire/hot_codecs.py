@@ -1,5 +1,5 @@
-"""Hand-written codecs for the hot APIs: Produce request (v3-11), Produce response (v3-11)
-and Fetch response (v4-16).
+"""Hand-written codecs for the hot APIs: Produce request (v3-12), Produce response (v3-12)
+and Fetch response (v4-18; v17 and v18 only add tagged fields to the request).
 
 Each also measures the bytes of every topic entry it reads or writes, for the traffic
 accounting's split by topic (`kafka_wire.topic_bytes`): a Produce request's topics carry
@@ -21,9 +21,9 @@ from kafka_wire.varint import read_uvarint, skip_tagged_fields_at
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
-PRODUCE_VERSIONS = range(3, 12)
-PRODUCE_RESPONSE_VERSIONS = range(3, 12)
-FETCH_RESPONSE_VERSIONS = range(4, 17)
+PRODUCE_VERSIONS = range(3, 13)
+PRODUCE_RESPONSE_VERSIONS = range(3, 13)
+FETCH_RESPONSE_VERSIONS = range(4, 19)
 _PRODUCE_FIRST_FLEXIBLE = 9
 _FETCH_FIRST_FLEXIBLE = 12
 

@@ -18,6 +18,9 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 from kafka_wire.hot_codecs import (
+    FETCH_RESPONSE_VERSIONS,
+    PRODUCE_RESPONSE_VERSIONS,
+    PRODUCE_VERSIONS,
     FetchPartitionResult,
     ProducePartitionResult,
     decode_produce_request,
@@ -81,7 +84,7 @@ def _kio_produce_request(
     return _kio_bytes(req)
 
 
-@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("version", PRODUCE_RESPONSE_VERSIONS)
 @pytest.mark.parametrize("transactional_id", [None, "txn-é"])
 def test_decode_produce_request_matches_kio(version: int, transactional_id: str | None) -> None:
     batch = build_batch([(b"k", b"v" * 50)], timestamp_ms=1_700_000_000_000)
@@ -141,7 +144,7 @@ def _unknown_tags() -> bytes:
     )
 
 
-@pytest.mark.parametrize("version", [9, 10, 11])
+@pytest.mark.parametrize("version", [v for v in PRODUCE_VERSIONS if v >= 9])
 def test_decode_produce_request_skips_unknown_tagged_fields(version: int) -> None:
     batch = build_batch([(b"a", b"b")], timestamp_ms=1)
     tags = _unknown_tags()
@@ -185,7 +188,10 @@ def test_decode_produce_request_rejects_unsupported_version() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(version=st.integers(3, 11), data=st.binary(max_size=200))
+@given(
+    version=st.integers(PRODUCE_VERSIONS.start, PRODUCE_VERSIONS.stop - 1),
+    data=st.binary(max_size=200),
+)
 def test_decode_produce_request_fuzz_only_value_error(version: int, data: bytes) -> None:
     try:
         decode_produce_request(version, memoryview(bytearray(data)), 0)
@@ -194,7 +200,7 @@ def test_decode_produce_request_fuzz_only_value_error(version: int, data: bytes)
 
 
 @settings(max_examples=200, deadline=None)
-@given(version=st.integers(3, 11), data=st.data())
+@given(version=st.integers(PRODUCE_VERSIONS.start, PRODUCE_VERSIONS.stop - 1), data=st.data())
 def test_decode_produce_request_fuzz_mutated_valid_frames(version: int, data: Any) -> None:
     body = bytearray(_kio_produce_request(version, [("t", [(0, b"r" * 30), (1, None)])], "x"))
     for _ in range(data.draw(st.integers(1, 4))):
@@ -210,7 +216,7 @@ def test_decode_produce_request_fuzz_mutated_valid_frames(version: int, data: An
 # --- Produce response --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("version", PRODUCE_RESPONSE_VERSIONS)
 def test_encode_produce_response_matches_kio(version: int) -> None:
     parts = [
         ProducePartitionResult(
@@ -265,7 +271,7 @@ def test_produce_response_without_hints_has_no_tagged_fields() -> None:
 # --- Fetch response ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", range(4, 17))
+@pytest.mark.parametrize("version", FETCH_RESPONSE_VERSIONS)
 def test_encode_fetch_response_matches_kio(version: int) -> None:
     b1 = build_batch([(b"k1", b"v1")], base_offset=100, timestamp_ms=1)
     b2 = build_batch([(None, b"v2"), (b"k3", None)], base_offset=101, timestamp_ms=2)
@@ -338,6 +344,6 @@ def test_fetch_response_rejects_bad_topic_id_and_version() -> None:
     with pytest.raises(ValueError, match="16 bytes"):
         encode_fetch_response(13, 1, [("t", b"short", [])])
     with pytest.raises(ValueError, match="version"):
-        encode_fetch_response(17, 1, [])
+        encode_fetch_response(FETCH_RESPONSE_VERSIONS.stop, 1, [])
     with pytest.raises(ValueError, match="version"):
         encode_produce_response(2, 1, [])

@@ -1,5 +1,6 @@
 """Read-only describe APIs of the main broker: DescribeTopicPartitions (KIP-966),
-DescribeLogDirs, DescribeProducers, and GetTelemetrySubscriptions (KIP-714).
+DescribeLogDirs, DescribeProducers, and GetTelemetrySubscriptions (KIP-714); and
+AlterReplicaLogDirs, which finds nothing to move.
 
 A main reports the partitions it leads: their WAL bytes under its WAL directory and their
 committed object bytes under the object store. Proxies ask every main and merge.
@@ -144,19 +145,70 @@ async def _disk_usage(url: str) -> tuple[int, int]:
     return usage.total, usage.free
 
 
+def _log_dir_names(broker: BrokerServices) -> tuple[str, str | None]:
+    """This main's "log directories": its WAL directory and, with an object store, its
+    objects (named after its manifest, which lists the objects counted)."""
+    cfg = broker.config
+    wal_dir = f"{cfg.wal_url.rstrip('/')}/{cfg.wal_writer_id}"
+    if cfg.object_store_url is None:
+        return wal_dir, None
+    return wal_dir, f"{cfg.object_store_url.rstrip('/')}/{manifest_key(cfg.node_id)}"
+
+
 async def describe_log_dirs(
     broker: BrokerServices, ctx: RequestContext, req: Any
 ) -> dict[str, Any]:
-    cfg = broker.config
     wanted = _wanted(broker, req)
-    wal_dir = f"{cfg.wal_url.rstrip('/')}/{cfg.wal_writer_id}"
-    total, usable = await _disk_usage(cfg.wal_url)
+    wal_dir, objects_dir = _log_dir_names(broker)
+    total, usable = await _disk_usage(broker.config.wal_url)
     results = [_log_dir(wal_dir, wanted, _wal_bytes, total, usable)]
-    if cfg.object_store_url is not None:
-        # Named after this main's manifest, which lists the objects counted.
-        objects_dir = f"{cfg.object_store_url.rstrip('/')}/{manifest_key(cfg.node_id)}"
+    if objects_dir is not None:
         results.append(_log_dir(objects_dir, wanted, _object_bytes, -1, -1))
     return {"error_code": ErrorCode.none, "results": results}
+
+
+# Kafka names a moving replica's directory "<topic>-<partition>.<32 hex>-future" and refuses a
+# move whose name would pass the file system's 255 bytes (KAFKA-4893).
+_FUTURE_DIR_SUFFIX = len(".") + 32 + len("-future")
+
+
+async def alter_replica_log_dirs(
+    broker: BrokerServices, ctx: RequestContext, req: Any
+) -> dict[str, Any]:
+    """Kafka's answer for a broker with the log directories DescribeLogDirs lists: a path
+    that is not one of them is LOG_DIR_NOT_FOUND; every partition a main leads already lives
+    in all of them (its recent batches in the WAL, older ones in objects), so a move to one
+    of them has nothing to do. A partition led by another main has no replica here
+    (REPLICA_NOT_AVAILABLE), and one that does not exist is UNKNOWN_TOPIC_OR_PARTITION."""
+    dirs = {d for d in _log_dir_names(broker) if d is not None}
+    results: dict[str, dict[int, int]] = {}
+    for move in req.dirs:
+        for topic in move.topics:
+            state = broker.store.topics.get(topic.name)
+            for index in topic.partitions:
+                if len(f"{topic.name}-{index}") + _FUTURE_DIR_SUFFIX > 255:
+                    error = ErrorCode.invalid_topic_exception
+                elif move.path not in dirs:
+                    error = ErrorCode.log_dir_not_found
+                elif state is None or not 0 <= index < len(state.partitions):
+                    error = ErrorCode.unknown_topic_or_partition
+                elif not state.partitions[index].owned:
+                    error = ErrorCode.replica_not_available
+                else:
+                    error = ErrorCode.none
+                results.setdefault(topic.name, {})[index] = error
+    return {
+        "throttle_time": 0,
+        "results": [
+            {
+                "topic_name": name,
+                "partitions": [
+                    {"partition_index": i, "error_code": e} for i, e in sorted(parts.items())
+                ],
+            }
+            for name, parts in results.items()
+        ],
+    }
 
 
 def _log_dir(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,19 @@ EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # KIP-405, ListOffsets v8+: the first offset the WAL (the "local log") holds
+LATEST_TIERED = -5  # KIP-1005, v9+: the last offset the object store (the "remote" tier) holds
+
+
+class _LookupTimedOut(Exception):
+    """A ListOffsets v10+ lookup outlasted the request's TimeoutMs (KIP-1075)."""
+
+
+async def _record_offset_by(
+    broker: BrokerServices, entry: BatchEntry, target: int | None, deadline: float
+) -> tuple[int, int]:
+    with trio.move_on_at(deadline):
+        return await _record_offset_at(broker, entry, target)
+    raise _LookupTimedOut
 
 
 class _BrokerFetchSource:
@@ -84,6 +98,8 @@ async def _record_offset_at(
 
 
 async def list_offsets(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    timeout_ms = getattr(req, "timeout_ms", None)  # v10+: bounds reads of older batches
+    deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms is not None else math.inf
     topics_out = []
     for topic in req.topics:
         parts_out = []
@@ -119,21 +135,29 @@ async def list_offsets(broker: BrokerServices, ctx: RequestContext, req: Any) ->
                     )
                 elif ts == EARLIEST_LOCAL and ctx.header.api_version >= 8:
                     out["offset"] = max(plog.wal_start_offset, plog.log_start_offset)
+                elif ts == LATEST_TIERED and ctx.header.api_version >= 9:
+                    stream = plog.objects  # none without an object store: "tiering is off"
+                    if stream is None or stream.end_offset <= stream.start_offset:
+                        out["leader_epoch"] = -1
+                    else:
+                        out["offset"] = stream.end_offset - 1
                 elif ts == MAX_TIMESTAMP:
                     entry = plog.max_timestamp_entry()
                     if entry is not None:
-                        found = await _record_offset_at(broker, entry, None)
+                        found = await _record_offset_by(broker, entry, None, deadline)
                         out["offset"], out["timestamp"] = found
                 elif ts < 0:
                     out["error_code"] = ErrorCode.invalid_request
                 else:
                     entry = plog.first_batch_at_timestamp(ts)
                     if entry is not None:
-                        found = await _record_offset_at(broker, entry, ts)
+                        found = await _record_offset_by(broker, entry, ts, deadline)
                         out["offset"], out["timestamp"] = found
                         # A batch DeleteRecords cut through: never an offset below the start.
                         out["offset"] = max(out["offset"], plog.log_start_offset)
             except PartitionReadError as exc:  # logged where the read failed
                 out["error_code"] = exc.error_code
+            except _LookupTimedOut:
+                out["error_code"] = ErrorCode.request_timed_out
         topics_out.append({"name": topic.name, "partitions": parts_out})
     return {"topics": topics_out}

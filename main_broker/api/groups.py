@@ -109,6 +109,7 @@ async def handle(
         resp = coordinator.describe_groups(
             list(request.groups),
             include_authorized_operations=bool(_opt(request, "include_authorized_operations")),
+            not_found_error=api_version >= 6,
         )
     else:
         raise ValueError(f"not a group API: {api_key}")

@@ -15,6 +15,7 @@ from main_broker.group_config import GroupConfig
 from main_broker.groups.classic import (
     COORDINATOR_NOT_AVAILABLE,
     FENCED_INSTANCE_ID,
+    GROUP_ID_NOT_FOUND,
     GROUP_MAX_SIZE_REACHED,
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
@@ -649,8 +650,13 @@ class GroupCoordinator:
         return {"error_code": NONE, "groups": groups}
 
     def describe_groups(
-        self, group_ids: Sequence[str], include_authorized_operations: bool = False
+        self,
+        group_ids: Sequence[str],
+        include_authorized_operations: bool = False,
+        not_found_error: bool = False,
     ) -> dict[str, Any]:
+        """DescribeGroups; a group this coordinator does not have is "Dead", and with
+        `not_found_error` (v6+, KIP-1043) fails with GROUP_ID_NOT_FOUND, as Kafka answers."""
         ops = authorized_operations(ResourceType.GROUP, include_authorized_operations)
         out = []
         for gid in group_ids:
@@ -669,5 +675,8 @@ class GroupCoordinator:
             }
             if g is not None and gid and desc["error_code"] == NONE:
                 desc.update(g.described())
+            elif not_found_error and desc["error_code"] == NONE:
+                desc["error_code"] = GROUP_ID_NOT_FOUND
+                desc["error_message"] = f"Group {gid} not found."
             out.append(desc)
         return {"groups": out}
