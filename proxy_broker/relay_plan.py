@@ -4,7 +4,9 @@ Group requests go to the group's coordinator (zone_router.placement, computed th
 the mains do), and so do transaction requests to their transactional id's coordinator
 (TxnOffsetCommit to the group's: it holds the offsets). ListOffsets and DeleteRecords are
 split by partition leader and the answers merged, so one request can span partitions led by
-mains in different zones. ListGroups and ListTransactions ask every main.
+mains in different zones. ListTransactions asks every main; ListGroups asks the mains this
+proxy stands for in its zone view (`foreign_mains`): a client sends ListGroups to every broker
+its Metadata lists, and its zone's own mains list their groups themselves.
 Anything else goes to any live main: every main holds the whole cluster metadata, and reads
 the ACL and SCRAM documents from the metadata store on each request (CreateAcls, DescribeAcls,
 DeleteAcls, Describe/AlterUserScramCredentials), so any main answers them alike.
@@ -69,10 +71,11 @@ def plan_relay(
     mains: Sequence[int],
     default: int,
     leader_of: Callable[[str, int], int | None],
-    foreign_mains: Sequence[int] = (),
+    foreign_mains: Sequence[int] | None = None,
 ) -> RelayPlan:
-    """`foreign_mains`: the mains in other zones, whose partitions this proxy poses as the
-    leader of (a main in the proxy's zone shows its own partitions to the zone's clients)."""
+    """`foreign_mains`: the mains in other zones, whose partitions and groups this proxy poses
+    as the leader and coordinator of (a main in the proxy's zone shows its own partitions and
+    groups to the zone's clients); None: not known, every main."""
     key = header.api_key
     if key in SINGLE_GROUP_APIS:
         group = getattr(decode_request(header, frame), "group_id", "")
@@ -129,7 +132,10 @@ def plan_relay(
         # same on each).
         return RelayPlan([(m, frame) for m in mains], _merge_lists(header, "transaction_states"))
     if key == API_LIST_GROUPS:
-        return RelayPlan([(m, frame) for m in mains], _merge_lists(header, "groups"))
+        listed = mains if foreign_mains is None else foreign_mains
+        if not listed:  # every main is in this zone and lists its own groups
+            return RelayPlan([], lambda _: _encode(header, {"error_code": 0, "groups": []}))
+        return RelayPlan([(m, frame) for m in listed], _merge_lists(header, "groups"))
     if key in (API_LIST_OFFSETS, API_DELETE_RECORDS):
         return _split_by_leader(header, decode_request(header, frame), default, leader_of)
     if key == API_DESCRIBE_PRODUCERS:

@@ -246,6 +246,49 @@ def test_offset_delete_refuses_subscribed_topics_and_is_durable(
 # -- ListGroups and DescribeGroups ------------------------------------------------------------
 
 
+def test_each_broker_of_a_zone_view_lists_only_the_groups_it_coordinates(
+    zone_fleet: ZoneFleet,
+) -> None:
+    """Admin clients send ListGroups to every broker Metadata shows (the zone's proxy and its
+    main): a group is listed once, by the node FindCoordinator names in that view."""
+    fleet = zone_fleet
+    topic = unique_name("lg-once")
+    create_topic(fleet, "az1", topic, 1)
+    groups = _one_group_per_main(fleet, "lg-once")
+    for group in groups.values():
+        _commit_standalone(fleet, "az1", group, {(topic, 0): 1})
+    for zone in fleet.zones:
+        admin = kept_admin(fleet, zone)
+        brokers = admin.list_topics(timeout=10).brokers
+        listed: dict[str, list[int]] = {}
+        for node_id, broker in brokers.items():
+            raw = RawKafka(f"{broker.host}:{broker.port}", client_id=zone_client_id(zone))
+            try:
+                resp = raw.request(16, 4, {"states_filter": []})
+            finally:
+                raw.close()
+            assert resp.error_code == ErrorCode.none
+            for g in resp.groups:
+                if g.group_id in groups.values():
+                    listed.setdefault(g.group_id, []).append(node_id)
+        for group in groups.values():
+            raw = RawKafka(fleet.bootstrap(zone), client_id=zone_client_id(zone))
+            try:
+                found = raw.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+            finally:
+                raw.close()
+            assert listed.get(group) == [found.coordinators[0].node_id], (zone, group, listed)
+        # kafka-python asks every broker too, and gets each group once.
+        kp = KafkaAdminClient(
+            bootstrap_servers=fleet.bootstrap(zone), client_id=zone_client_id(zone)
+        )
+        try:
+            names = [g["group_id"] for g in kp.list_groups() if g["group_id"] in groups.values()]
+        finally:
+            kp.close()
+        assert sorted(names) == sorted(groups.values()), (zone, names)
+
+
 def test_list_groups_filters_and_describe_authorized_operations(zone_fleet: ZoneFleet) -> None:
     fleet = zone_fleet
     topic = unique_name("lg")

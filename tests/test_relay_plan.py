@@ -163,3 +163,18 @@ def test_group_requests_go_to_each_groups_coordinator_and_are_merged() -> None:
     # An empty DeleteGroups still gets its (empty) answer from one main.
     frame = _frame(42, 2, {"groups_names": []})
     assert len(plan_relay(parse_request_header(frame), frame, mains, 1, no_leader).calls) == 1
+
+
+def test_list_groups_asks_only_the_mains_the_proxy_stands_for() -> None:
+    # The zone's own main lists its groups itself (clients ask every broker they see).
+    frame = _frame(16, 4, {"states_filter": []})
+    header = parse_request_header(frame)
+    plan = plan_relay(header, frame, [1, 2, 3], 1, lambda t, p: None, foreign_mains=[2, 3])
+    assert [main for main, _ in plan.calls] == [2, 3]
+    everyone = plan_relay(header, frame, [1, 2, 3], 1, lambda t, p: None)
+    assert [main for main, _ in everyone.calls] == [1, 2, 3]
+    # Every main in the proxy's zone: nothing to ask, an empty list.
+    alone = plan_relay(header, frame, [1, 2], 1, lambda t, p: None, foreign_mains=[])
+    assert alone.calls == [] and alone.merge is not None
+    _, resp = decode_response(16, 4, alone.merge([]))
+    assert resp.error_code == 0 and list(resp.groups) == []
