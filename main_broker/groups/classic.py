@@ -4,6 +4,7 @@ that parked requests wait for. The state machine driving them is ``group_coordin
 from __future__ import annotations
 
 import enum
+import logging
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,6 +12,8 @@ from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
+
+log = logging.getLogger("zonefleet.main_broker.groups")
 
 NONE = int(ErrorCode.none)
 ILLEGAL_GENERATION = int(ErrorCode.illegal_generation)
@@ -90,6 +93,8 @@ class ClassicGroup:
     new_member_added: bool = False
     sync_deadline: float | None = None
     empty_deadline: float | None = None
+    # When the current rebalance began (trio clock), for the timings the coordinator logs.
+    rebalance_started: float = 0.0
 
     def rebalance_timeout_s(self) -> float:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0) / 1000
@@ -155,6 +160,12 @@ class ClassicGroup:
         self.state = GroupState.STABLE
         if not self.pending_sync:
             self.sync_deadline = None
+        log.info(
+            "group %s: generation %d stable %.3f s after its rebalance began",
+            self.group_id,
+            generation,
+            trio.current_time() - self.rebalance_started,
+        )
 
     def refuse_sync(self, generation: int, error: int) -> bool:
         """``generation`` could not be made durable: answer the waiting SyncGroups with

@@ -178,6 +178,7 @@ class GroupCoordinator:
             g.in_initial_delay = False
             g.join_deadline = now + timeout
         g.state = GroupState.PREPARING_REBALANCE
+        g.rebalance_started = now
         self._arm(g.join_deadline)
 
     def _maybe_prepare_rebalance(self, g: ClassicGroup) -> None:
@@ -227,6 +228,13 @@ class GroupCoordinator:
             g.pending_sync.add(m.member_id)
         g.sync_deadline = now + g.rebalance_timeout_s()
         self._arm(g.sync_deadline)
+        log.info(
+            "group %s: generation %d joined by %d members %.3f s after its rebalance began",
+            g.group_id,
+            g.generation,
+            len(joined),
+            now - g.rebalance_started,
+        )
 
     def _remove_member(self, g: ClassicGroup, m: ClassicMember) -> None:
         del g.members[m.member_id]
