@@ -113,7 +113,8 @@ def valid_transactional_id(tid: str | None) -> bool:
 @dataclass(frozen=True, slots=True)
 class NeedProducerId:
     """InitProducerId for an id never seen, or whose epoch is exhausted: the shell allocates
-    a producer id and calls `init_with`."""
+    a producer id and calls `init_with`. `previous` is the metadata a KIP-360 retry of this
+    request may name (None when the request named no producer)."""
 
     previous: TxnMetadata | None
 
@@ -157,15 +158,22 @@ class TxnCoordinatorState:
             # the current id and epoch again.
             if (expected_pid, expected_epoch) == (meta.last_producer_id, meta.last_producer_epoch):
                 if meta.state in (TxnState.EMPTY, TxnState.COMPLETE_ABORT):
-                    return meta
+                    if meta.producer_epoch < MAX_PRODUCER_EPOCH:
+                        return meta
+                    # A fence took the last epoch, which no producer is given: a new id.
+                    return NeedProducerId(meta)
             if expected_pid != meta.producer_id:
                 return ErrorCode.producer_fenced
             if expected_epoch != meta.producer_epoch:
                 return ErrorCode.producer_fenced
         if meta.state == TxnState.ONGOING:
             return self._abort(meta, now_ms, bump=True)
+        # Only a producer that said who it was may retry into the new epoch: a new instance
+        # (no expected id) leaves no retry behind, or its zombie, asking with the old id and
+        # epoch, would be handed the new epoch too (Kafka's NO_PRODUCER_EPOCH as last epoch).
+        retriable = expected_pid >= 0
         if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
-            return NeedProducerId(meta)
+            return NeedProducerId(meta if retriable else None)
         return replace(
             meta,
             producer_epoch=meta.producer_epoch + 1,
@@ -175,8 +183,8 @@ class TxnCoordinatorState:
             groups=frozenset(),
             start_ms=-1,
             update_ms=now_ms,
-            last_producer_id=meta.producer_id,
-            last_producer_epoch=meta.producer_epoch,
+            last_producer_id=meta.producer_id if retriable else -1,
+            last_producer_epoch=meta.producer_epoch if retriable else -1,
         )
 
     def init_with(
@@ -243,6 +251,8 @@ class TxnCoordinatorState:
         meta = self._check_producer(tid, pid, epoch)
         if isinstance(meta, ErrorCode):
             return dict.fromkeys(partitions, meta)
+        if meta.in_prepare:
+            return dict.fromkeys(partitions, ErrorCode.concurrent_transactions)
         ongoing = meta.state == TxnState.ONGOING
         return {
             tp: ErrorCode.none if ongoing and tp in meta.partitions else ErrorCode.invalid_txn_state
@@ -299,7 +309,9 @@ class TxnCoordinatorState:
         return replace(
             meta,
             state=TxnState.PREPARE_ABORT,
-            producer_epoch=min(epoch, MAX_PRODUCER_EPOCH - 1),
+            # The fence may take the last epoch (32767): no producer is ever given it, and
+            # the next InitProducerId finds it exhausted and allocates a new producer id.
+            producer_epoch=min(epoch, MAX_PRODUCER_EPOCH),
             update_ms=now_ms,
             last_producer_id=meta.producer_id if bump else meta.last_producer_id,
             last_producer_epoch=meta.producer_epoch if bump else meta.last_producer_epoch,
