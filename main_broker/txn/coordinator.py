@@ -35,7 +35,7 @@ from internal_rpc.messages import (
 from kafka_wire.errors import ErrorCode
 from main_broker.txn.markers import TxnHost, write_markers
 from main_broker.txn.state import NeedProducerId, TxnCoordinatorState, TxnMetadata, TxnState
-from shared_wal import RecordType, WalError
+from shared_wal import AppendTicket, RecordType, WalError
 
 log = logging.getLogger("zonefleet.main_broker.txn")
 
@@ -182,8 +182,7 @@ class TxnCoordinator:
         if done is not None:
             return done
         done = self._in_flight[meta.transactional_id] = trio.Event()
-        assert self._nursery is not None, "the coordinator is not running"
-        self._nursery.start_soon(self._send_markers, meta, done)
+        self._nursery_start(self._send_markers, meta, done)
         return done
 
     async def _send_markers(self, meta: TxnMetadata, done: trio.Event) -> None:
@@ -191,12 +190,31 @@ class TxnCoordinator:
             await self._write_all_markers(meta)
             async with self._lock(meta.transactional_id):
                 if self.state.get(meta.transactional_id) == meta:
-                    await self._persist(self.state.complete(meta, now_ms()))
+                    # Applied at once, made durable behind: the id's next record comes after
+                    # it in the WAL, and a crash before it lands leaves the PREPARE state,
+                    # whose markers go out again (they are idempotent). Nobody waits on it.
+                    complete = self.state.complete(meta, now_ms())
+                    self.state.apply(complete)
+                    ticket = self.host.store.wal.submit(
+                        RecordType.CONTROL, {"k": TXN_KIND, "x": complete.to_record()}
+                    )
+                    self._nursery_start(self._land, meta.transactional_id, ticket)
         except WalError as exc:
             log.error("transaction %s: cannot complete: %s", meta.transactional_id, exc)
         finally:
             self._in_flight.pop(meta.transactional_id, None)
             done.set()
+
+    def _nursery_start(self, fn: Any, *args: Any) -> None:
+        assert self._nursery is not None, "the coordinator is not running"
+        self._nursery.start_soon(fn, *args)
+
+    @staticmethod
+    async def _land(tid: str, ticket: AppendTicket) -> None:
+        try:
+            await ticket.wait()
+        except WalError as exc:
+            log.error("transaction %s: its completion was not written: %s", tid, exc)
 
     async def _write_all_markers(self, meta: TxnMetadata) -> None:
         commit = meta.state == TxnState.PREPARE_COMMIT
@@ -217,19 +235,25 @@ class TxnCoordinator:
             for group_id in sorted(groups):
                 node = host.cluster.coordinator_for(group_id).node_id
                 by_node.setdefault(node, ([], []))[1].append(group_id)
-            for node, (parts, gids) in by_node.items():
+
+            async def send(node: int, parts: list[tuple[str, int]], gids: list[str]) -> None:
                 marker = TxnMarker(
                     meta.producer_id, meta.producer_epoch, commit, 0, tuple(parts), tuple(gids)
                 )
                 result = await self._send(node, WriteTxnMarkers((marker,)))
                 if result is None:
-                    continue
+                    return
                 for topic, index, code in result.results[0].partitions:
                     if code in _DONE:
                         partitions.discard((topic, index))
                 for group_id, code in result.results[0].groups:
                     if code == ErrorCode.none:
                         groups.discard(group_id)
+
+            # Every main at once: the transaction ends as fast as its slowest leader.
+            async with trio.open_nursery() as nursery:
+                for node, (parts, gids) in by_node.items():
+                    nursery.start_soon(send, node, parts, gids)
             if partitions or groups:
                 log.info(
                     "transaction %s: markers for %d partitions and %d groups not written yet",
