@@ -67,6 +67,8 @@ auto_create_topics = true
 num_partitions = 1
 wal_cache_bytes = 268435456
 group_initial_rebalance_delay_ms = 300
+group_min_session_timeout_ms = 6000         # the session.timeout.ms a classic member may ask
+group_max_session_timeout_ms = 1800000      # (outside: INVALID_SESSION_TIMEOUT)
 group_consumer_session_timeout_ms = 45000   # KIP-848 consumer groups (group.protocol=consumer)
 group_consumer_heartbeat_interval_ms = 5000
 
@@ -346,6 +348,13 @@ def _parse_main(
         )
     except InvalidConfig as exc:
         raise ConfigError(f"main broker {node_id} topic_defaults: {exc}") from None
+    min_session = int(raw.get("group_min_session_timeout_ms", 6000))
+    max_session = int(raw.get("group_max_session_timeout_ms", 1_800_000))
+    if not 0 <= min_session <= max_session:
+        raise ConfigError(
+            f"main broker {node_id} needs 0 <= group_min_session_timeout_ms "
+            f"({min_session}) <= group_max_session_timeout_ms ({max_session})"
+        )
     rpc_port = raw.get("rpc_port")
     if rpc_port is not None and secret is None:
         raise ConfigError(
@@ -367,6 +376,8 @@ def _parse_main(
         topic_defaults=topic_defaults,
         groups=GroupConfig(
             group_initial_rebalance_delay_ms=int(raw.get("group_initial_rebalance_delay_ms", 300)),
+            group_min_session_timeout_ms=min_session,
+            group_max_session_timeout_ms=max_session,
             consumer_session_timeout_ms=int(raw.get("group_consumer_session_timeout_ms", 45000)),
             consumer_heartbeat_interval_ms=int(
                 raw.get("group_consumer_heartbeat_interval_ms", 5000)

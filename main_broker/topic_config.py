@@ -107,7 +107,15 @@ def _throttled_replicas(value: str) -> str:
 
 
 # DescribeConfigs config_type (v3+), as Kafka's ConfigDef.Type.
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_SHORT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+)
 
 NO_EFFECT = "Stored and described; no effect in zonefleet: "
 

@@ -6,6 +6,7 @@ keyless-record refusal with record errors), and the changes surviving a restart.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,9 +39,11 @@ from kafka.admin import ConfigResourceType as KafkaConfigResourceType
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
+from fleet.config import local_fleet_toml
 from kafka_wire.record_batch import COMPRESSION_GZIP, build_batch
 from main_broker.topic_config import TOPIC_CONFIG_KEYS
 from tests.fleet_process import FleetProcess
+from tests.ports import free_port_block
 from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     ZoneFleet,
@@ -180,6 +183,104 @@ def test_describe_broker_configs(zone_fleet: tuple[FleetProcess, ZoneFleet]) -> 
     assert entries["broker.id"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert entries["log.retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
     assert entries["log.cleanup.policy"].value == "delete"
+
+
+def test_describe_broker_listeners_dirs_and_defaults_of_each_node(
+    zone_fleet: tuple[FleetProcess, ZoneFleet],
+) -> None:
+    """The keys tools read, for each broker id a client sees (its zone's proxy and main),
+    with that node's own values: what Metadata names it by, its WAL directory."""
+    _, fleet = zone_fleet
+    admin = _admin(fleet.bootstrap(ZONE))
+    brokers = admin.list_topics(timeout=10).brokers
+    assert len(brokers) == 2
+    wal_root = fleet.config.mains[0].broker.wal_url.rstrip("/")
+    for node_id, broker in brokers.items():
+        resource = ConfigResource(ResourceType.BROKER, str(node_id))
+        entries = admin.describe_configs([resource])[resource].result(30)
+        endpoint = f"PLAINTEXT://{broker.host}:{broker.port}"
+        assert entries["advertised.listeners"].value == endpoint
+        assert entries["listeners"].value == endpoint
+        writer = "proxy" if node_id > 100 else "main"
+        assert entries["log.dirs"].value == f"{wal_root}/{writer}-{node_id}"
+        assert entries["num.partitions"].value == "1"
+        assert entries["default.replication.factor"].value == "1"
+        assert entries["group.min.session.timeout.ms"].value == "6000"
+        assert entries["group.max.session.timeout.ms"].value == "1800000"
+        assert entries["broker.id"].value == str(node_id)
+        assert entries["advertised.listeners"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+
+
+def test_group_session_timeout_bounds_from_the_fleet_toml(tmp_path: Path) -> None:
+    """group.min/max.session.timeout.ms set in the TOML: described, and a JoinGroup outside
+    them refused with INVALID_SESSION_TIMEOUT, as Kafka does."""
+    port = free_port_block(2)
+    text = local_fleet_toml(tmp_path / "data", port, zone="az1").replace(
+        'zone = "az1"\nhost',
+        'zone = "az1"\ngroup_min_session_timeout_ms = 10000\n'
+        "group_max_session_timeout_ms = 20000\nhost",
+    )
+    config = tmp_path / "fleet.toml"
+    config.write_text(text)
+    proc = FleetProcess(tmp_path / "data", port, ["--config", str(config)]).start()
+    try:
+        bootstrap = f"127.0.0.1:{port}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        resource = ConfigResource(ResourceType.BROKER, "1")
+        entries = admin.describe_configs([resource])[resource].result(30)
+        assert entries["group.min.session.timeout.ms"].value == "10000"
+        assert entries["group.max.session.timeout.ms"].value == "20000"
+        raw = RawKafka(bootstrap)
+        try:
+            codes = {}
+            for timeout in (6000, 15000, 30000):
+                resp = raw.request(
+                    11,
+                    5,
+                    {
+                        "group_id": f"g-{uuid.uuid4().hex[:8]}",
+                        "session_timeout": datetime.timedelta(milliseconds=timeout),
+                        "rebalance_timeout": datetime.timedelta(seconds=30),
+                        "member_id": "",
+                        "group_instance_id": None,
+                        "protocol_type": "consumer",
+                        "protocols": [{"name": "range", "metadata": b""}],
+                    },
+                )
+                codes[timeout] = resp.error_code
+        finally:
+            raw.close()
+        assert codes[6000] == ErrorCode.invalid_session_timeout
+        assert codes[30000] == ErrorCode.invalid_session_timeout
+        assert codes[15000] == ErrorCode.member_id_required  # accepted: the v4+ first step
+        # A stock consumer asking below the minimum fails as against Kafka.
+        topic = _topic()
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                "session.timeout.ms": 6000,
+            }
+        )
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 20
+            error = None
+            while time.monotonic() < deadline:
+                try:
+                    msg = consumer.poll(0.5)
+                except KafkaException as exc:
+                    error = exc.args[0]
+                else:
+                    error = msg.error() if msg is not None else None
+                if error is not None and error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+                    break
+            assert error is not None and error.code() == KafkaError.INVALID_SESSION_TIMEOUT
+        finally:
+            consumer.close()
+    finally:
+        proc.stop()
 
 
 # -- IncrementalAlterConfigs / AlterConfigs ----------------------------------------------------

@@ -231,7 +231,10 @@ def test_topic_entries_sources_synonyms_and_filter() -> None:
 
 def test_broker_entries_are_read_only_with_topic_defaults() -> None:
     entries = broker_entries(
-        {"broker.id": "3", "log.segment.bytes": "4096"}, {"retention.ms": "20"}, None, False
+        {"broker.id": ("3", 3), "log.segment.bytes": ("4096", 3)},
+        {"retention.ms": "20"},
+        None,
+        False,
     )
     by_name = {e["name"]: e for e in entries}
     assert all(e["read_only"] for e in entries)
@@ -242,7 +245,7 @@ def test_broker_entries_are_read_only_with_topic_defaults() -> None:
         SOURCE_STATIC_BROKER,
     )
     assert by_name["log.cleanup.policy"]["config_source"] == SOURCE_DEFAULT
-    only = broker_entries({"broker.id": "3"}, {}, {"broker.id"}, True)
+    only = broker_entries({"broker.id": ("3", 3)}, {}, {"broker.id"}, True)
     assert [e["synonyms"] for e in only] == [
         [{"name": "broker.id", "value": "3", "source": SOURCE_STATIC_BROKER}]
     ]

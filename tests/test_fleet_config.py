@@ -154,6 +154,11 @@ def test_plain_local_fleet_has_no_rpc(tmp_path: Path) -> None:
         (BASE + '[cidrs]\n"10.0.0.0/33" = "us-east-1a"\n', "not a CIDR block"),
         (BASE + '[cidrs]\n"10.0.0.0/16" = "us-east-1z"\n', "cidr 10.0.0.0/16 names unknown"),
         (BASE + PROXIES.replace("[[proxies]]\nnode_id = 101\n", "[[proxies]]\n"), "node_id"),
+        (
+            BASE.replace("rpc_port = 9094", "rpc_port = 9094\ngroup_min_session_timeout_ms = 9")
+            + "group_max_session_timeout_ms = 8\n",
+            "group_min_session_timeout_ms",
+        ),
     ],
 )
 def test_invalid_configs(tmp_path: Path, text: str, message: str) -> None:

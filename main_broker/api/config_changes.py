@@ -13,7 +13,6 @@ from kio.schema.errors import ErrorCode
 
 from main_broker.topic_config import (
     TOPIC_CONFIG_KEYS,
-    TYPE_STRING,
     InvalidConfig,
     validate_topic_configs,
 )
@@ -188,20 +187,23 @@ def topic_entries(
 
 
 def broker_entries(
-    static: Mapping[str, str],
+    static: Mapping[str, tuple[str, int]],
     broker_defaults: Mapping[str, str],
     wanted: Collection[str] | None,
     include_synonyms: bool,
 ) -> list[dict[str, Any]]:
     """DescribeConfigs of a broker: its static settings and the broker-level defaults of the
-    topic keys. All are read-only here: a broker's configs change only with its TOML file."""
+    topic keys. All are read-only here: a broker's configs change only with its TOML file.
+    `static` maps a name to its value and DescribeConfigs type."""
     rows: dict[str, tuple[str, int, int, str | None]] = {
-        name: (value, SOURCE_STATIC_BROKER, TYPE_STRING, None) for name, value in static.items()
+        name: (value, SOURCE_STATIC_BROKER, config_type, None)
+        for name, (value, config_type) in static.items()
     }
-    for name, key in TOPIC_CONFIG_KEYS.items():
-        broker_name = key.broker_key or name
-        if broker_name in rows:
-            continue
+    for key in TOPIC_CONFIG_KEYS.values():
+        broker_name = key.broker_key
+        if broker_name is None or broker_name in rows:
+            continue  # a topic key with no broker-level synonym (Kafka's throttled replicas)
+        name = key.name
         if name in broker_defaults:
             rows[broker_name] = (
                 broker_defaults[name],

@@ -21,6 +21,7 @@ from main_broker.api.config_changes import (
     topic_entries,
 )
 from main_broker.cluster.doc import UnknownTopic
+from main_broker.topic_config import TYPE_BOOLEAN, TYPE_INT, TYPE_SHORT, TYPE_STRING
 
 if TYPE_CHECKING:
     from main_broker.api.services import BrokerServices
@@ -34,17 +35,66 @@ RESOURCE_BROKER = 4
 ConfigChange = Callable[[dict[str, str]], dict[str, str]]
 
 
-def broker_config_values(broker: BrokerServices, node_id: int) -> dict[str, str]:
+def _listener(host: str, port: int) -> str:
+    return f"PLAINTEXT://{host}:{port}"
+
+
+def broker_config_values(broker: BrokerServices, node_id: int) -> dict[str, tuple[str, int]]:
+    """The static configs of broker ``node_id`` (this main, a peer main or a zone proxy, whose
+    endpoints and WAL directory every main knows), with their DescribeConfigs types."""
     c = broker.config
+    wal_root = c.wal_url.rstrip("/")
+    peer = next((m for m in c.mains if m.node_id == node_id), None)
+    proxy = next((p for p in c.zone_proxies if p.node_id == node_id), None)
+    if node_id == c.node_id or (peer is None and proxy is None):
+        zone, listeners = c.zone, _listener(c.host, c.port)
+        advertised = _listener(*c.advertised)
+        log_dirs = f"{wal_root}/{c.wal_writer_id}"
+    elif peer is not None:
+        zone, listeners = peer.zone, _listener(peer.host, peer.port)
+        advertised = listeners
+        log_dirs = f"{wal_root}/main-{node_id}"
+    else:
+        assert proxy is not None
+        zone, listeners = proxy.zone, _listener(proxy.host, proxy.port)
+        advertised = listeners
+        log_dirs = f"{wal_root}/proxy-{node_id}"
+    groups = c.groups
     return {
-        "broker.id": str(node_id),
-        "node.id": str(node_id),
-        "broker.rack": c.zone,
-        "auto.create.topics.enable": str(c.auto_create_topics).lower(),
-        "num.partitions": str(c.num_partitions),
-        "socket.request.max.bytes": str(c.max_request_bytes),
-        "log.segment.bytes": str(c.wal.segment_bytes),
-        "group.initial.rebalance.delay.ms": str(c.groups.group_initial_rebalance_delay_ms),
+        "broker.id": (str(node_id), TYPE_INT),
+        "node.id": (str(node_id), TYPE_INT),
+        "broker.rack": (zone, TYPE_STRING),
+        "listeners": (listeners, TYPE_STRING),
+        "advertised.listeners": (advertised, TYPE_STRING),
+        "listener.security.protocol.map": ("PLAINTEXT:PLAINTEXT", TYPE_STRING),
+        "inter.broker.listener.name": ("PLAINTEXT", TYPE_STRING),
+        "log.dirs": (log_dirs, TYPE_STRING),
+        "log.dir": (log_dirs, TYPE_STRING),
+        "auto.create.topics.enable": (str(c.auto_create_topics).lower(), TYPE_BOOLEAN),
+        "num.partitions": (str(c.num_partitions), TYPE_INT),
+        # Each partition has one replica, its main: the shared WAL and S3 are its durability.
+        "default.replication.factor": ("1", TYPE_INT),
+        "offsets.topic.replication.factor": ("1", TYPE_SHORT),
+        "transaction.state.log.replication.factor": ("1", TYPE_SHORT),
+        "socket.request.max.bytes": (str(c.max_request_bytes), TYPE_INT),
+        "log.segment.bytes": (str(c.wal.segment_bytes), TYPE_INT),
+        "group.initial.rebalance.delay.ms": (
+            str(groups.group_initial_rebalance_delay_ms),
+            TYPE_INT,
+        ),
+        "group.min.session.timeout.ms": (str(groups.group_min_session_timeout_ms), TYPE_INT),
+        "group.max.session.timeout.ms": (str(groups.group_max_session_timeout_ms), TYPE_INT),
+        "group.max.size": (str(groups.group_max_size), TYPE_INT),
+        "group.consumer.session.timeout.ms": (
+            str(groups.consumer_session_timeout_ms),
+            TYPE_INT,
+        ),
+        "group.consumer.heartbeat.interval.ms": (
+            str(groups.consumer_heartbeat_interval_ms),
+            TYPE_INT,
+        ),
+        "offset.metadata.max.bytes": (str(groups.offset_metadata_max_bytes), TYPE_INT),
+        "transaction.max.timeout.ms": (str(c.transaction_max_timeout_ms), TYPE_INT),
     }
 
 
