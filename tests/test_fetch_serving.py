@@ -40,10 +40,14 @@ class MemPartition:
         self.log_start_offset = 0
         self.owned = True
         self.index = BatchIndex()
+        self.aborted: list[tuple[int, int, int]] = []  # producer id, first, last offset
 
     @property
     def next_offset(self) -> int:
         return self.index.end_offset
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        return [(pid, first) for pid, first, last in self.aborted if last >= start and first < end]
 
     def fetch_slice(
         self, offset: int, max_bytes: int, upper: int, must_return_one: bool
@@ -395,6 +399,28 @@ async def test_read_committed_stops_at_the_last_stable_offset() -> None:
     assert p.aborted_transactions == ()
     [p] = _parts(await _fetch(source, 13, _request(13, [(topic, [(0, 0, 1 << 20, -1)])]))).values()
     assert p.records == b0 + b1
+
+
+async def test_read_committed_names_the_aborted_transactions_in_range() -> None:
+    topic = MemTopic("t", 1)
+    source = MemSource(topic)
+    for _ in range(4):
+        source.append("t", 0, 10)
+    part = topic.partitions[0]
+    part.last_stable_offset = 4
+    # (producer 7: offsets 0..1, ABORT at 2), (producer 8: 5.., ABORT at 9): only the first
+    # has records below the LSO.
+    part.aborted = [(7, 0, 2), (8, 5, 9)]
+    committed = _request(13, [(topic, [(0, 0, 1 << 20, -1)])], isolation_level=1)
+    [p] = _parts(await _fetch(source, 13, committed)).values()
+    assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(7, 0)]
+    # From offset 3 on, producer 7's transaction is over: nothing to name.
+    later = _request(13, [(topic, [(0, 3, 1 << 20, -1)])], isolation_level=1)
+    [p] = _parts(await _fetch(source, 13, later)).values()
+    assert p.aborted_transactions == ()
+    # read_uncommitted: no list at all (null on the wire).
+    [p] = _parts(await _fetch(source, 13, _request(13, [(topic, [(0, 0, 1 << 20, -1)])]))).values()
+    assert p.aborted_transactions is None
 
 
 async def test_fetch_sessions_are_refused() -> None:

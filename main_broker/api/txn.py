@@ -237,7 +237,9 @@ async def describe_transactions(
 
 
 def _utc(ms: int) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    """Kafka says -1 for a transaction not started; kio (the proxy merges these answers
+    through it) reads no negative timestamp, so that is the epoch here."""
+    return datetime.datetime.fromtimestamp(max(ms, 0) / 1000, tz=datetime.UTC)
 
 
 _STATE_NAMES = {s.kafka_name: s for s in TxnState}
