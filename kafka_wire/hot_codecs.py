@@ -1,5 +1,9 @@
-"""Hand-written codecs for the hot APIs: Produce request (v3-12), Produce response (v3-12)
+"""Hand-written codecs for the hot APIs: Produce request (v3-13), Produce response (v3-13)
 and Fetch response (v4-18; v17 and v18 only add tagged fields to the request).
+
+Produce v13 names each topic by its id instead of its name (KIP-516): the decoder hands out the
+id with an empty name, which `name_topics` fills in from the broker's topics; the response
+names the topics by the ids the request used.
 
 Each also measures the bytes of every topic entry it reads or writes, for the traffic
 accounting's split by topic (`kafka_wire.topic_bytes`): a Produce request's topics carry
@@ -13,6 +17,7 @@ hand out record data as zero-copy memoryviews (requests) and never copy record b
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -21,10 +26,11 @@ from kafka_wire.varint import read_uvarint, skip_tagged_fields_at
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
-PRODUCE_VERSIONS = range(3, 13)
-PRODUCE_RESPONSE_VERSIONS = range(3, 13)
+PRODUCE_VERSIONS = range(3, 14)
+PRODUCE_RESPONSE_VERSIONS = range(3, 14)
 FETCH_RESPONSE_VERSIONS = range(4, 19)
 _PRODUCE_FIRST_FLEXIBLE = 9
+_PRODUCE_FIRST_TOPIC_ID = 13
 _FETCH_FIRST_FLEXIBLE = 12
 
 _I16 = struct.Struct(">h")
@@ -58,11 +64,17 @@ class ProducePartitionData:
 
 @dataclass(slots=True)
 class ProduceTopicData:
-    name: str
+    name: str  # v13+: "" until `name_topics` names it, and still "" for an unknown id
     partitions: list[ProducePartitionData]
     # Bytes of this topic's entry in the frame (name, partitions, records, tags): traffic
     # accounting splits the frame by them (kafka_wire.topic_bytes).
     nbytes: int = 0
+    topic_id: bytes | None = None  # v13+: the 16 bytes the request names the topic by
+
+    @property
+    def unknown_id(self) -> bool:
+        """A v13+ topic whose id names no topic (UNKNOWN_TOPIC_ID for its partitions)."""
+        return self.topic_id is not None and not self.name
 
 
 @dataclass(slots=True)
@@ -93,7 +105,7 @@ def decode_produce_request(version: int, frame: memoryview, offset: int) -> Prod
         raise ValueError(f"body offset {offset} outside a frame of {len(frame)} bytes")
     try:
         if version >= _PRODUCE_FIRST_FLEXIBLE:
-            return _decode_produce_flexible(frame, offset)
+            return _decode_produce_flexible(frame, offset, version >= _PRODUCE_FIRST_TOPIC_ID)
         return _decode_produce_legacy(frame, offset)
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed Produce v{version} request: {exc}") from exc
@@ -143,7 +155,7 @@ def _decode_produce_legacy(buf: memoryview, pos: int) -> ProduceRequestData:
     return ProduceRequestData(transactional_id, acks, timeout_ms, topics)
 
 
-def _decode_produce_flexible(buf: memoryview, pos: int) -> ProduceRequestData:
+def _decode_produce_flexible(buf: memoryview, pos: int, by_id: bool) -> ProduceRequestData:
     limit = len(buf)
     n, pos = read_uvarint(buf, pos, limit)
     transactional_id: str | None = None
@@ -158,11 +170,16 @@ def _decode_produce_flexible(buf: memoryview, pos: int) -> ProduceRequestData:
     topics: list[ProduceTopicData] = []
     for _ in range(topic_count - 1):
         start = pos
-        n, pos = read_uvarint(buf, pos, limit)
-        if not n:
-            raise ValueError("null topic name")
-        raw, pos = _take(buf, pos, n - 1)
-        name = str(raw, "utf-8")
+        topic_id: bytes | None = None
+        if by_id:
+            raw, pos = _take(buf, pos, 16)
+            topic_id, name = bytes(raw), ""
+        else:
+            n, pos = read_uvarint(buf, pos, limit)
+            if not n:
+                raise ValueError("null topic name")
+            raw, pos = _take(buf, pos, n - 1)
+            name = str(raw, "utf-8")
         part_count, pos = read_uvarint(buf, pos, limit)
         if not part_count:
             raise ValueError("null partition array")
@@ -192,9 +209,16 @@ def _decode_produce_flexible(buf: memoryview, pos: int) -> ProduceRequestData:
             else:
                 pos += 1
         pos = skip_tagged_fields_at(buf, pos, limit)
-        topics.append(ProduceTopicData(name, parts, pos - start))
+        topics.append(ProduceTopicData(name, parts, pos - start, topic_id))
     skip_tagged_fields_at(buf, pos, limit)
     return ProduceRequestData(transactional_id, acks, timeout_ms, topics)
+
+
+def name_topics(req: ProduceRequestData, name_of: Callable[[bytes], str | None]) -> None:
+    """Names the topics a v13+ request gave by id; an unknown id leaves the name empty."""
+    for topic in req.topics:
+        if topic.topic_id is not None:
+            topic.name = name_of(topic.topic_id) or ""
 
 
 # --- shared encoders -------------------------------------------------------------------------
@@ -285,13 +309,15 @@ def encode_produce_response(
     topics: list[tuple[str, list[ProducePartitionResult]]],
     throttle_time_ms: int = 0,
     node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
+    topic_ids: Sequence[bytes | None] = (),
 ) -> bytes:
     """Response header + Produce response body (without the 4-byte frame size).
 
-    ``node_endpoints`` (node_id, host, port, rack) and ``current_leader`` are sent on v10+.
+    ``node_endpoints`` (node_id, host, port, rack) and ``current_leader`` are sent on v10+;
+    v13+ names each topic by its entry in ``topic_ids`` (16 bytes; one per topic).
     """
     return _encode_produce_response(
-        version, correlation_id, topics, throttle_time_ms, node_endpoints, None
+        version, correlation_id, topics, throttle_time_ms, node_endpoints, None, topic_ids
     )
 
 
@@ -301,11 +327,12 @@ def produce_response_parts(
     topics: list[tuple[str, list[ProducePartitionResult]]],
     throttle_time_ms: int = 0,
     node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
+    topic_ids: Sequence[bytes | None] = (),
 ) -> TopicParts:
     """`encode_produce_response` as frame parts that carry each topic entry's size."""
     entries: TopicBytes = []
     body = _encode_produce_response(
-        version, correlation_id, topics, throttle_time_ms, node_endpoints, entries
+        version, correlation_id, topics, throttle_time_ms, node_endpoints, entries, topic_ids
     )
     return TopicParts((body,), entries)
 
@@ -317,18 +344,28 @@ def _encode_produce_response(
     throttle_time_ms: int,
     node_endpoints: list[tuple[int, str, int, str | None]] | None,
     entries: TopicBytes | None,
+    topic_ids: Sequence[bytes | None] = (),
 ) -> bytes:
     if version not in PRODUCE_RESPONSE_VERSIONS:
         raise ValueError(f"unsupported Produce response version {version}")
     flexible = version >= _PRODUCE_FIRST_FLEXIBLE
     hints = version >= 10
+    by_id = version >= _PRODUCE_FIRST_TOPIC_ID
+    if by_id and len(topic_ids) != len(topics):
+        raise ValueError(f"Produce v{version} names {len(topics)} topics by id")
     out = bytearray(_pack_i32(correlation_id))
     if flexible:
         out.append(0)  # response header v1 tag buffer
     _put_array_len(out, len(topics), flexible)
-    for name, parts in topics:
+    for i, (name, parts) in enumerate(topics):
         start = len(out)
-        _put_string(out, name, flexible)
+        if by_id:
+            topic_id = topic_ids[i]
+            if topic_id is None or len(topic_id) != 16:
+                raise ValueError("a topic id is 16 bytes")
+            out += topic_id
+        else:
+            _put_string(out, name, flexible)
         _put_array_len(out, len(parts), flexible)
         for p in parts:
             out += _pack_part_head(p.index, p.error_code, p.base_offset, p.log_append_time_ms)

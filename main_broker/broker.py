@@ -6,6 +6,7 @@ import gc
 import logging
 import math
 import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -78,12 +79,12 @@ API_VERSIONS = 18
 
 # api_key -> (name, min, max). The intersection with what kio can decode is advertised.
 SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
-    0: ("Produce", 3, 12),
+    0: ("Produce", 3, 13),
     1: ("Fetch", 4, 18),
     2: ("ListOffsets", 1, 10),
     3: ("Metadata", 0, 13),
-    8: ("OffsetCommit", 2, 9),
-    9: ("OffsetFetch", 1, 9),
+    8: ("OffsetCommit", 2, 10),
+    9: ("OffsetFetch", 1, 10),
     10: ("FindCoordinator", 0, 6),
     11: ("JoinGroup", 0, 9),
     12: ("Heartbeat", 0, 4),
@@ -639,3 +640,12 @@ class _OffsetStore:
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         return self._store.partition(topic, partition) is not None
+
+    # OffsetCommit and OffsetFetch v10 name topics by id (main_broker/api/groups.py).
+    def topic_name_for_id(self, topic_id: uuid.UUID) -> str | None:
+        state = self._store.topics_by_id.get(topic_id.bytes)
+        return state.name if state is not None else None
+
+    def topic_id_for_name(self, name: str) -> uuid.UUID | None:
+        state = self._store.topics.get(name)
+        return uuid.UUID(bytes=state.topic_id) if state is not None else None

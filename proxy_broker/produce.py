@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from internal_rpc.messages import BatchSummary
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
+    name_topics,
     produce_response_parts,
 )
 from kafka_wire.leader_hints import fill_produce_hints
@@ -49,6 +50,7 @@ class _Share:
 def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
     req = decode_produce_or_close(header, frame)
+    name_topics(req, proxy.topic_name)
     now_ms = int(time.time() * 1000)
     topics_out: list[tuple[str, list[ProducePartitionResult]]] = []
     shares: dict[int, _Share] = {}
@@ -58,6 +60,9 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
         for part in topic.partitions:
             result = ProducePartitionResult(index=part.index)
             results.append(result)
+            if topic.unknown_id:  # v13+
+                result.error_code = ErrorCode.unknown_topic_id
+                continue
             owner = proxy.owner_of(topic.name, part.index)
             records = part.records
             wal_failed = proxy.wal.failed
@@ -123,7 +128,11 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
         endpoints = fill_produce_hints(header.api_version, topics_out, proxy.leader_hints)
         # Frame parts that carry each topic's size, for per-topic traffic accounting.
         return produce_response_parts(
-            header.api_version, header.correlation_id, topics_out, node_endpoints=endpoints
+            header.api_version,
+            header.correlation_id,
+            topics_out,
+            node_endpoints=endpoints,
+            topic_ids=[topic.topic_id for topic in req.topics],
         )
 
     # The size of each topic's entry, for the traffic accounting's split by topic.

@@ -1,8 +1,8 @@
-"""The API versions Kafka 4.1 offers (issue 13): Fetch v17-18, Produce v12, ListOffsets v9-10,
-Metadata v13, DescribeGroups v6, ApiVersions v4, DescribeCluster v2 and AlterReplicaLogDirs
-v1-2, with the client that speaks each (confluent-kafka's librdkafka negotiates the newest it
-knows) and kio-encoded requests over a socket for the versions clients do not send, on a lone
-main and through a zone proxy.
+"""The API versions Kafka 4.1 offers (issue 13): Fetch v17-18, Produce v12-13, ListOffsets
+v9-10, Metadata v13, OffsetCommit and OffsetFetch v10, DescribeGroups v6, ApiVersions v4,
+DescribeCluster v2 and AlterReplicaLogDirs v1-2, with the client that speaks each
+(confluent-kafka's librdkafka negotiates the newest it knows) and kio-encoded requests over a
+socket for the versions clients do not send, on a lone main and through a zone proxy.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from tests.test_e2e_clients import create_topic
 from tests.zone_fleet import ZoneFleet, running_up_fleet, unique_name
 from tests.zone_fleet import create_topic as create_zone_topic
 
-KAFKA_41 = {  # api key -> the highest version advertised (Kafka 4.1 offers Produce v13)
-    0: 12,
+KAFKA_41 = {  # api key -> the highest version Kafka 4.1 offers
+    0: 13,
     1: 18,
     2: 10,
     3: 13,
+    8: 10,
+    9: 10,
     15: 6,
     18: 4,
     34: 2,
@@ -328,10 +330,28 @@ def test_alter_replica_log_dirs(fleet: FleetProcess) -> None:
         raw.close()
 
 
-def test_produce_v12_to_a_main_and_through_a_proxy(
+def _produce_raw(raw: RawKafka, version: int, topic: dict[str, Any]) -> Any:
+    batch = build_batch([(None, b"a"), (None, b"b")], timestamp_ms=int(time.time() * 1000))
+    resp = raw.request(
+        0,
+        version,
+        {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout": 10_000,
+            "topic_data": [{**topic, "partition_data": [{"index": 0, "records": batch}]}],
+        },
+    )
+    (answered,) = resp.responses
+    (part,) = answered.partition_responses
+    return answered, part
+
+
+def test_produce_v12_and_v13_to_a_main_and_through_a_proxy(
     fleet: FleetProcess, zone_fleet: ZoneFleet
 ) -> None:
-    """Produce v12 is v11 for a producer outside a transaction (librdkafka 2.16 stops at v10)."""
+    """Produce v12 is v11 for a producer outside a transaction; v13 names topics by id
+    (librdkafka 2.16 stops at v10). Through a proxy the partition's main is in another zone."""
     for bootstrap, make in (
         (fleet.bootstrap, lambda t: create_topic(fleet.bootstrap, t, partitions=1)),
         (zone_fleet.bootstrap("az2"), lambda t: create_zone_topic(zone_fleet, "az1", t, 1)),
@@ -340,23 +360,117 @@ def test_produce_v12_to_a_main_and_through_a_proxy(
         make(topic)
         raw = RawKafka(bootstrap)
         try:
+            topic_id = _metadata(raw, topic).topic_id
             for version, base in ((11, 0), (12, 2)):
-                batch = build_batch(
-                    [(None, b"a"), (None, b"b")], timestamp_ms=int(time.time() * 1000)
-                )
-                resp = raw.request(
-                    0,
-                    version,
+                answered, part = _produce_raw(raw, version, {"name": topic})
+                assert answered.name == topic
+                assert (part.error_code, part.base_offset) == (ErrorCode.none, base)
+            answered, part = _produce_raw(raw, 13, {"topic_id": topic_id})
+            assert answered.topic_id == topic_id
+            assert (part.error_code, part.base_offset) == (ErrorCode.none, 4)
+            unknown = uuid.uuid4()
+            answered, part = _produce_raw(raw, 13, {"topic_id": unknown})
+            assert answered.topic_id == unknown
+            assert (part.error_code, part.base_offset) == (ErrorCode.unknown_topic_id, -1)
+            # The records produced by id are there to read.
+            assert _list_offset(raw, 10, topic, -1).offset == 6
+        finally:
+            raw.close()
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(
+    fleet: FleetProcess, zone_fleet: ZoneFleet
+) -> None:
+    """v10 (KIP-848) names topics by id in requests and answers; an unknown id is
+    UNKNOWN_TOPIC_ID. On a main and through a proxy (which relays to the group's coordinator)."""
+    for bootstrap, make in (
+        (fleet.bootstrap, lambda t: create_topic(fleet.bootstrap, t, partitions=2)),
+        (zone_fleet.bootstrap("az3"), lambda t: create_zone_topic(zone_fleet, "az1", t, 2)),
+    ):
+        topic, group = unique_name("v41o"), unique_name("v41o")
+        make(topic)
+        raw = RawKafka(bootstrap)
+        try:
+            topic_id, unknown = _metadata(raw, topic).topic_id, uuid.uuid4()
+            deadline = time.monotonic() + 30
+            while True:  # until the group's coordinator has read the new topic
+                commit = raw.request(
+                    8,
+                    10,
                     {
-                        "transactional_id": None,
-                        "acks": -1,
-                        "timeout": 10_000,
-                        "topic_data": [
-                            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}
+                        "group_id": group,
+                        "generation_id_or_member_epoch": -1,
+                        "member_id": "",
+                        "group_instance_id": None,
+                        "topics": [
+                            {
+                                "topic_id": topic_id,
+                                "partitions": [
+                                    {
+                                        "partition_index": p,
+                                        "committed_offset": 10 + p,
+                                        "committed_leader_epoch": -1,
+                                        "committed_metadata": "m",
+                                    }
+                                    for p in (0, 1)
+                                ],
+                            },
+                            {
+                                "topic_id": unknown,
+                                "partitions": [
+                                    {
+                                        "partition_index": 0,
+                                        "committed_offset": 1,
+                                        "committed_leader_epoch": -1,
+                                        "committed_metadata": None,
+                                    }
+                                ],
+                            },
                         ],
                     },
                 )
-                (part,) = resp.responses[0].partition_responses
-                assert (part.error_code, part.base_offset) == (ErrorCode.none, base)
+                errors = {
+                    (t.topic_id, p.partition_index): p.error_code
+                    for t in commit.topics
+                    for p in t.partitions
+                }
+                if errors.get((topic_id, 0)) != ErrorCode.unknown_topic_or_partition:
+                    break
+                assert time.monotonic() < deadline, errors
+            assert errors == {
+                (topic_id, 0): ErrorCode.none,
+                (topic_id, 1): ErrorCode.none,
+                (unknown, 0): ErrorCode.unknown_topic_id,
+            }
+            fetched = raw.request(
+                9,
+                10,
+                {
+                    "groups": [
+                        {
+                            "group_id": group,
+                            "member_id": None,
+                            "member_epoch": -1,
+                            "topics": [
+                                {"topic_id": topic_id, "partition_indexes": [0, 1]},
+                                {"topic_id": unknown, "partition_indexes": [0]},
+                            ],
+                        }
+                    ],
+                    "require_stable": False,
+                },
+            )
+            (answer,) = fetched.groups
+            assert answer.error_code == ErrorCode.none
+            offsets = {
+                (t.topic_id, p.partition_index): (p.error_code, p.committed_offset)
+                for t in answer.topics
+                for p in t.partitions
+            }
+            assert offsets == {
+                (topic_id, 0): (ErrorCode.none, 10),
+                (topic_id, 1): (ErrorCode.none, 11),
+                (unknown, 0): (ErrorCode.unknown_topic_id, -1),
+            }
         finally:
             raw.close()

@@ -26,6 +26,7 @@ from kafka_wire.hot_codecs import (
     decode_produce_request,
     encode_fetch_response,
     encode_produce_response,
+    name_topics,
 )
 from kafka_wire.record_batch import build_batch
 
@@ -61,6 +62,11 @@ def _kio_bytes(entity: Any) -> bytes:
 # --- Produce request ---------------------------------------------------------------------
 
 
+def _topic_id(name: str) -> uuid.UUID:
+    """The id a v13+ request names topic `name` by, in these tests."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, name)
+
+
 def _kio_produce_request(
     version: int,
     topics: list[tuple[str, list[tuple[int, bytes | None]]]],
@@ -73,7 +79,7 @@ def _kio_produce_request(
         timeout=datetime.timedelta(milliseconds=30_000),
         topic_data=tuple(
             mod.TopicProduceData(
-                name=name,
+                **({"topic_id": _topic_id(name)} if version >= 13 else {"name": name}),
                 partition_data=tuple(
                     mod.PartitionProduceData(index=i, records=r) for i, r in parts
                 ),
@@ -99,7 +105,15 @@ def test_decode_produce_request_matches_kio(version: int, transactional_id: str 
     assert req.transactional_id == transactional_id
     assert req.acks == -1
     assert req.timeout_ms == 30_000
-    assert [t.name for t in req.topics] == ["orders", "päyments"]
+    if version >= 13:
+        assert [t.topic_id for t in req.topics] == [_topic_id(n).bytes for n, _ in topics]
+        assert [t.name for t in req.topics] == ["", ""]
+        known = {_topic_id("orders").bytes: "orders"}
+        name_topics(req, known.get)
+        assert [(t.name, t.unknown_id) for t in req.topics] == [("orders", False), ("", True)]
+    else:
+        assert [t.name for t in req.topics] == ["orders", "päyments"]
+        assert not any(t.unknown_id for t in req.topics)
     got = [
         [(p.index, None if p.records is None else bytes(p.records)) for p in t.partitions]
         for t in req.topics
@@ -152,7 +166,7 @@ def test_decode_produce_request_skips_unknown_tagged_fields(version: int) -> Non
         _compact(b"tx")
         + struct.pack(">hi", 1, 1500)
         + _uvarint(2)  # one topic
-        + _compact(b"topic")
+        + (_topic_id("topic").bytes if version >= 13 else _compact(b"topic"))
         + _uvarint(3)  # two partitions
         + struct.pack(">i", 4)
         + _compact(batch)
@@ -166,6 +180,8 @@ def test_decode_produce_request_skips_unknown_tagged_fields(version: int) -> Non
     req = decode_produce_request(version, memoryview(bytearray(body)), 0)
     assert (req.transactional_id, req.acks, req.timeout_ms) == ("tx", 1, 1500)
     [topic] = req.topics
+    if version >= 13:
+        name_topics(req, {_topic_id("topic").bytes: "topic"}.get)
     assert topic.name == "topic"
     assert [(p.index, p.records and bytes(p.records)) for p in topic.partitions] == [
         (4, batch),
@@ -173,7 +189,7 @@ def test_decode_produce_request_skips_unknown_tagged_fields(version: int) -> Non
     ]
 
 
-@pytest.mark.parametrize("version", [3, 8, 9, 11])
+@pytest.mark.parametrize("version", [3, 8, 9, 11, 13])
 def test_decode_produce_request_truncated_raises_value_error(version: int) -> None:
     body = _kio_produce_request(version, [("t", [(0, b"x" * 100)])], "id")
     for cut in range(len(body)):
@@ -232,11 +248,15 @@ def test_encode_produce_response_matches_kio(version: int) -> None:
         ProducePartitionResult(index=5),
     ]
     topics = [("orders", parts), ("empty", [])]
-    data = encode_produce_response(version, 99, topics, 250, NODE_ENDPOINTS)
+    ids = [_topic_id(name).bytes for name, _ in topics]
+    data = encode_produce_response(version, 99, topics, 250, NODE_ENDPOINTS, ids)
     corr, resp = _parse_response("produce", version, data, flexible=version >= 9)
     assert corr == 99
     assert resp.throttle_time == datetime.timedelta(milliseconds=250)
-    assert [t.name for t in resp.responses] == ["orders", "empty"]
+    if version >= 13:
+        assert [t.topic_id for t in resp.responses] == [_topic_id(n) for n, _ in topics]
+    else:
+        assert [t.name for t in resp.responses] == ["orders", "empty"]
     p0, p5 = resp.responses[0].partition_responses
     assert resp.responses[1].partition_responses == ()
     assert (p0.index, p0.error_code, p0.base_offset) == (0, 6, 1234)
@@ -347,3 +367,7 @@ def test_fetch_response_rejects_bad_topic_id_and_version() -> None:
         encode_fetch_response(FETCH_RESPONSE_VERSIONS.stop, 1, [])
     with pytest.raises(ValueError, match="version"):
         encode_produce_response(2, 1, [])
+    with pytest.raises(ValueError, match="by id"):
+        encode_produce_response(13, 1, [("t", [])])  # v13 needs each topic's id
+    with pytest.raises(ValueError, match="16 bytes"):
+        encode_produce_response(13, 1, [("t", [])], topic_ids=[b"short"])

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
+    name_topics,
     produce_response_parts,
 )
 from kafka_wire.leader_hints import fill_produce_hints
@@ -32,6 +33,8 @@ log = logging.getLogger("zonefleet.main_broker.produce")
 def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
     req = decode_produce_or_close(header, frame)
+    topics_by_id = broker.store.topics_by_id
+    name_topics(req, lambda topic_id: t.name if (t := topics_by_id.get(topic_id)) else None)
     metrics = broker.metrics
     appender = broker.appender
     now_ms = int(time.time() * 1000)
@@ -43,6 +46,9 @@ def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray)
         for part in topic.partitions:
             result = ProducePartitionResult(index=part.index)
             results.append(result)
+            if topic.unknown_id:  # v13+
+                result.error_code = ErrorCode.unknown_topic_id
+                continue
             records = part.records
             decision = appender.decide(
                 topic.name,
@@ -73,7 +79,11 @@ def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray)
         endpoints = fill_produce_hints(header.api_version, topics_out, broker.leader_hints(ctx))
         # Frame parts that carry each topic's size, for per-topic traffic accounting.
         return produce_response_parts(
-            header.api_version, header.correlation_id, topics_out, node_endpoints=endpoints
+            header.api_version,
+            header.correlation_id,
+            topics_out,
+            node_endpoints=endpoints,
+            topic_ids=[topic.topic_id for topic in req.topics],
         )
 
     return TopicFinish(respond, request_topics)
