@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 from urllib.parse import unquote, urlparse
 
-from kafka_wire.record_batch import BatchInfo
+from kafka_wire.control_batch import marker_type
+from kafka_wire.record_batch import BatchInfo, InvalidBatch
 from s3_commit import ObjectStoreError, open_object_store
 from s3_commit.object_format import (
     FOOTER_SIZE,
@@ -130,6 +131,8 @@ class BlockReport:
     entry: IndexEntry
     batches: list[tuple[BatchInfo, bool]] = field(default_factory=list)
     error: str | None = None
+    # A transaction marker's type (COMMIT or ABORT), by the control batch's base offset.
+    markers: dict[int, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -142,6 +145,11 @@ def inspect_block(source: ObjectSource, number: int, entry: IndexEntry) -> Block
     try:
         for item in iter_block_batches(data):
             report.batches.append((item.info, item.crc_ok))
+            if item.info.is_control and item.crc_ok:
+                try:
+                    report.markers[item.info.base_offset] = marker_type(data, item.info).name
+                except InvalidBatch as exc:
+                    report.markers[item.info.base_offset] = f"unreadable ({exc.message})"
         bad = sum(1 for _, ok in report.batches if not ok)
         if bad:
             report.error = f"{bad} batch(es) fail the CRC-32C check"
@@ -181,12 +189,12 @@ def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _flags(info: BatchInfo) -> str:
+def _flags(info: BatchInfo, marker: str | None = None) -> str:
     flags = [
         name
         for name, on in (
             ("transactional", info.is_transactional),
-            ("control", info.is_control),
+            (f"control:{marker}" if marker else "control", info.is_control),
             ("log-append-time", info.timestamp_type_log_append),
         )
         if on
@@ -269,7 +277,7 @@ def format_text(url: str, index: ObjectIndex, reports: list[BlockReport], batche
                         str(info.base_sequence),
                         _COMPRESSION.get(info.compression, str(info.compression)),
                         _timestamp(info.max_timestamp),
-                        _flags(info),
+                        _flags(info, r.markers.get(info.base_offset)),
                         "OK" if crc_ok else "BAD",
                     )
                 )
@@ -286,7 +294,7 @@ def format_text(url: str, index: ObjectIndex, reports: list[BlockReport], batche
     return "\n".join(lines)
 
 
-def _batch_json(info: BatchInfo, crc_ok: bool) -> dict[str, Any]:
+def _batch_json(info: BatchInfo, crc_ok: bool, marker: str | None = None) -> dict[str, Any]:
     return {
         "base_offset": info.base_offset,
         "last_offset": info.last_offset,
@@ -299,6 +307,7 @@ def _batch_json(info: BatchInfo, crc_ok: bool) -> dict[str, Any]:
         "compression": _COMPRESSION.get(info.compression, str(info.compression)),
         "transactional": info.is_transactional,
         "control": info.is_control,
+        "marker": marker,
         "log_append_time": info.timestamp_type_log_append,
         "base_timestamp": info.base_timestamp,
         "max_timestamp": info.max_timestamp,
@@ -337,7 +346,9 @@ def format_json(url: str, index: ObjectIndex, reports: list[BlockReport]) -> dic
                 "block": r.block,
                 "ok": r.ok,
                 "error": r.error,
-                "batches": [_batch_json(info, ok) for info, ok in r.batches],
+                "batches": [
+                    _batch_json(info, ok, r.markers.get(info.base_offset)) for info, ok in r.batches
+                ],
             }
             for r in reports
         ],

@@ -232,3 +232,31 @@ def test_s3_url_reads_footer_index_and_blocks_with_ranged_gets(
     assert err.strip() == (
         f"zonefleet inspect-object: no such object: s3://objects/data/sso/{'6' * 32}?{query}"
     )
+
+
+def test_transaction_markers_are_shown_with_their_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kafka_wire.control_batch import build_marker
+    from kafka_wire.record_batch import parse_batch_header
+
+    data = build_batch(
+        [(None, b"v")], timestamp_ms=TS, producer_id=9, producer_epoch=2, base_sequence=0,
+        transactional=True,
+    )  # fmt: skip
+    commit = bytearray(build_marker(True, 9, 2, 0, TS))
+    abort = bytearray(build_marker(False, 9, 2, 0, TS))
+    for offset, buf in ((1, commit), (2, abort)):
+        buf[:8] = offset.to_bytes(8, "big")  # the base offset lies outside the CRC
+        assert parse_batch_header(buf).base_offset == offset
+    path = tmp_path / "txn.obj"
+    path.write_bytes(encode_object({3: [data, bytes(commit), bytes(abort)]}).to_bytes())
+    rc, out, _ = run(capsys, str(path))
+    assert rc == 0
+    flags = {row[0]: row[9] for row in batch_rows(out)}
+    assert flags == {"0": "transactional", "1": "transactional,control:COMMIT",
+                     "2": "transactional,control:ABORT"}  # fmt: skip
+    rc, out, _ = run(capsys, str(path), "--json")
+    assert rc == 0
+    batches = json.loads(out)["blocks"][0]["batches"]
+    assert [b["marker"] for b in batches] == [None, "COMMIT", "ABORT"]
