@@ -384,3 +384,32 @@ def test_bad_transactional_input_is_refused(fleet: FleetProcess) -> None:
         assert commit.topics[0].partitions[0].error_code == ErrorCode.illegal_generation
     finally:
         raw.close()
+
+
+def test_describe_and_list_transactions(fleet: FleetProcess) -> None:
+    topic = _topic()
+    create_topic(fleet.bootstrap, topic, partitions=2)
+    tid = f"tid-{topic}"
+    producer = _txn_producer(fleet.bootstrap, tid)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", partition=1)
+    producer.flush(30)
+    raw = RawKafka(fleet.bootstrap)
+    try:
+        described = raw.request(65, 0, {"transactional_ids": [tid, f"unknown-{topic}"]})
+        ongoing, unknown = described.transaction_states
+        assert ongoing.error_code == ErrorCode.none
+        assert ongoing.transaction_state == "Ongoing"
+        assert [(t.topic, list(t.partitions)) for t in ongoing.topics] == [(topic, [1])]
+        assert unknown.error_code == ErrorCode.transactional_id_not_found
+        listed = raw.request(66, 1, {"state_filters": ["Ongoing", "Bogus"]})
+        assert tid in {t.transactional_id for t in listed.transaction_states}
+        assert list(listed.unknown_state_filters) == ["Bogus"]
+        producer.commit_transaction(30)
+        listed = raw.request(66, 0, {"state_filters": ["Ongoing"]})
+        assert tid not in {t.transactional_id for t in listed.transaction_states}
+        done = raw.request(65, 0, {"transactional_ids": [tid]}).transaction_states[0]
+        assert done.transaction_state == "CompleteCommit"
+    finally:
+        raw.close()
