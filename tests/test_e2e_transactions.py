@@ -12,6 +12,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -413,3 +414,45 @@ def test_describe_and_list_transactions(fleet: FleetProcess) -> None:
         assert done.transaction_state == "CompleteCommit"
     finally:
         raw.close()
+
+
+def test_aborted_transactions_survive_uploads_and_kill_9(tmp_path: Path) -> None:
+    """The partition's aborted-transaction index outlives both the WAL segments that held the
+    transactions (uploaded, then deleted: 64 KiB segments, retention_bytes = 1) and a kill -9:
+    after the restart a read_committed reader from offset 0 still skips the aborted ones."""
+    from tests.test_object_crash import _status, _write_toml
+    from tests.zone_fleet import NodeProcess
+
+    path, admin, bootstrap = _write_toml(tmp_path / "fleet", f"file://{tmp_path / 'objects'}")
+    node = NodeProcess("main-broker", path, 1, admin).start()
+    topic = "txn-durable"
+    try:
+        create_topic(bootstrap, topic, partitions=1)
+        producer = _txn_producer(bootstrap, "tid-durable")
+        producer.init_transactions(30)
+        committed: list[bytes] = []
+        for txn in range(12):
+            producer.begin_transaction()
+            values = [b"%d-%d-" % (txn, i) + b"x" * 2000 for i in range(20)]
+            for value in values:
+                producer.produce(topic, value, partition=0)
+            if txn % 3 == 1:
+                producer.flush(30)
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+                committed += values
+        deadline = time.monotonic() + 60
+        while True:
+            objects = _status(admin)["objects"]
+            uploaded = list(objects["uploaded_end"].values())
+            # 240 records and 12 markers, all in objects.
+            if objects["pending_bytes"] == 0 and uploaded == [252]:
+                break
+            assert time.monotonic() < deadline, objects
+            time.sleep(0.1)
+        node.kill()
+        node = NodeProcess("main-broker", path, 1, admin).start()
+        assert _read(bootstrap, topic, 1, "read_committed", len(committed)) == committed
+    finally:
+        node.stop()
