@@ -336,3 +336,63 @@ def test_end_txn_after_a_leader_move_commits_on_the_new_leader(split_fleet: Spli
     finally:
         consumer.close()
     assert got == [b"moved-0", b"moved-1", b"moved-2"]
+
+
+def test_aborted_transactions_are_skipped_by_read_committed_readers_of_every_proxy(
+    split_fleet: SplitFleet,
+) -> None:
+    """The proxies serve read_committed from their mirrors: the LSO from the state stream's
+    partition rows, the aborted transactions from its `txns` rows."""
+    fleet = split_fleet.fleet
+    topic = f"aborts-{uuid.uuid4().hex[:8]}"
+    create_topic(fleet, "az1", topic, PARTITIONS)
+    producer = Producer(
+        {
+            "bootstrap.servers": fleet.bootstrap("az2"),
+            "client.id": zone_client_id("az2"),
+            "transactional.id": f"aborts-{topic}",
+        }
+    )
+    producer.init_transactions(60)
+    committed: list[bytes] = []
+    for txn in range(6):
+        producer.begin_transaction()
+        values = [b"%d-%d" % (txn, i) for i in range(9)]
+        for i, value in enumerate(values):
+            producer.produce(topic, value, partition=i % PARTITIONS)
+        if txn % 2:
+            producer.flush(60)
+            producer.abort_transaction(60)
+        else:
+            producer.commit_transaction(60)
+            committed += values
+    for zone in fleet.zones:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": fleet.bootstrap(zone),
+                "client.id": zone_client_id(zone),
+                "group.id": f"check-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        got: list[bytes] = []
+        at_eof = dict.fromkeys(range(PARTITIONS), False)
+        deadline = time.monotonic() + 30
+        try:
+            while not (len(got) >= len(committed) and all(at_eof.values())):
+                assert time.monotonic() < deadline, f"{zone}: read {len(got)}"
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        at_eof[msg.partition() or 0] = True
+                    continue
+                at_eof[msg.partition() or 0] = False
+                got.append(msg.value())  # type: ignore[arg-type]
+        finally:
+            consumer.close()
+        assert sorted(got) == sorted(committed), zone
