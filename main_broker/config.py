@@ -82,6 +82,12 @@ class BrokerConfig:
     compaction_small_object_bytes: int = 32 * 1024 * 1024
     compaction_max_object_bytes: int = 128 * 1024 * 1024
     compaction_delete_delay_s: float = 30.0
+    # The log cleaner of compacted topics (main_broker/objects/cleaner.py): Kafka's
+    # log.cleaner.enable, log.cleaner.backoff.ms (how often it looks for a partition to clean)
+    # and log.cleaner.dedupe.buffer.size (its offset map's budget, 24 bytes a key).
+    log_cleaner_enable: bool = True
+    log_cleaner_interval_s: float = 15.0
+    log_cleaner_dedupe_buffer_bytes: int = 16 * 1024 * 1024
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # Kafka's transaction.max.timeout.ms: the longest transaction.timeout.ms a producer may ask.
     transaction_max_timeout_ms: int = 900_000

@@ -95,6 +95,7 @@ class CorruptSource(CorruptObject):
 class JobKind(Enum):
     MERGE = "merge"
     SPLIT = "split"
+    CLEAN = "clean"  # the log cleaner's rewrite of one object (main_broker/objects/cleaner.py)
 
 
 @dataclass(frozen=True, slots=True)

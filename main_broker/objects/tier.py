@@ -21,6 +21,7 @@ import trio
 
 from kafka_wire.fetch_serving import read_failures_fail_the_partition
 from main_broker.links_floor import links_floor
+from main_broker.objects.cleaner import LogCleaner
 from main_broker.objects.compaction import Compactor
 from main_broker.objects.upload import PartitionUpload, UploadTracker, retention_floor
 from main_broker.partition_log import BatchEntry, ObjectSpan, PartitionLog
@@ -101,6 +102,7 @@ class ObjectTier:
         store.traffic_hook = self._on_request
         self._register_metrics()
         self.compaction = Compactor(self)
+        self.cleaner = LogCleaner(self)
 
     # -- start -------------------------------------------------------------------------------
 
@@ -199,7 +201,8 @@ class ObjectTier:
                 if now >= next_sweep:
                     next_sweep = now + cfg.orphan_sweep_interval_s
                     await self.sweep()
-                if await self.compaction.tick(now) or uploaded:
+                compacted = await self.compaction.tick(now)
+                if await self.cleaner.tick(now) or compacted or uploaded:
                     continue  # another job or upload may follow at once
                 with trio.move_on_after(min(IDLE_POLL_S, cfg.upload_interval_s)):
                     await arrived.wait()
@@ -342,6 +345,7 @@ class ObjectTier:
             "last_upload_at": self.last_upload_at,
             "orphans_deleted": self.orphans_deleted,
             "compaction": self.compaction.status(),
+            "cleaner": self.cleaner.status(),
             "block_cache_bytes": self.reader.cached_bytes,
             "wal_retention_floor": self.broker.store.wal.retention_floor,
             "links_floor": dict(self.broker.store.links_floor),

@@ -1,0 +1,307 @@
+"""The log cleaner on a real main broker (issue 13, "Log compaction"): a compacted topic with
+100k updates over 1k keys, uploaded to a file:// object store, cleaned; a confluent-kafka
+consumer from offset 0 then sees at most one record per key in the cleaned range (plus the
+uncleaned head), the latest value of each key, and the tombstones younger than
+delete.retention.ms. A cleaning cut short at each of its steps (a failed object PUT, a failed
+manifest CAS, after the PUTs, after the swap) and followed by a restart loses nothing and
+leaves no garbage."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+import main_broker.objects.cleaner as cleaner_module
+from main_broker.broker import MainBroker
+from main_broker.config import BrokerConfig
+from main_broker.objects.tier import ObjectTier
+from s3_commit import ObjectStoreError, open_object_store
+from s3_commit.manifest import Manifest, manifest_key
+from s3_commit.manifest_store import sweep_orphans
+from s3_commit.object_plan import DATA_PREFIX
+from shared_wal import WalConfig
+from tests.zone_fleet import object_main_config
+
+TOPIC = "table"
+KEYS = 1000
+UPDATES = 100_000
+TOMBSTONED = 50  # keys 0..49 end with a tombstone
+
+
+def _config(wal_dir: Path, url: str) -> BrokerConfig:
+    config = object_main_config(
+        wal_dir,
+        url,
+        # Retention deletes every segment objects hold: early offsets come from objects.
+        WalConfig(segment_bytes=256 * 1024, retention_bytes=1, retention_interval_s=0.1),
+        upload_threshold_bytes=1 << 40,
+        upload_interval_s=0.3,
+    )
+    config.compaction_interval_s = 3600.0
+    config.compaction_delete_delay_s = 0.5
+    config.log_cleaner_interval_s = 3600.0  # the tests wake the cleaner
+    return config
+
+
+def _key(i: int) -> bytes:
+    return b"key-%04d" % (i % KEYS)
+
+
+def _value(i: int) -> bytes | None:
+    if i >= UPDATES - KEYS and i % KEYS < TOMBSTONED:
+        return None
+    return b"value-%06d-" % i + b"v" * 40
+
+
+def _produce(bootstrap: str, start: int, end: int) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1 << 20,
+            "acks": "all",
+            "enable.idempotence": True,
+        }
+    )
+    errors: list[object] = []
+    for i in range(start, end):
+        while True:
+            try:
+                producer.produce(
+                    TOPIC,
+                    _value(i),
+                    _key(i),
+                    on_delivery=lambda err, _m: errors.append(err) if err else None,
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not errors
+
+
+def _consume(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) of every record from offset 0 to the end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4()}",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    out: list[tuple[int, bytes, bytes | None]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            assert time.monotonic() < deadline, f"{len(out)} records so far"
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                return out
+            offset, key = msg.offset(), msg.key()
+            assert offset is not None and key is not None
+            out.append((offset, key, msg.value()))
+    finally:
+        consumer.close()
+
+
+def _latest(end: int) -> dict[bytes, tuple[int, bytes | None]]:
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    for i in range(end):
+        latest[_key(i)] = (i, _value(i))
+    return latest
+
+
+def _tier(broker: MainBroker) -> ObjectTier:
+    assert broker.objects is not None
+    return broker.objects
+
+
+async def _wait_uploaded(broker: MainBroker, offset: int) -> None:
+    tier = _tier(broker)
+    with trio.fail_after(60):
+        while True:
+            plog = broker.store.partition(TOPIC, 0)
+            if plog is not None and plog.objects is not None and plog.objects.end_offset >= offset:
+                return
+            await tier.upload_done.wait()
+
+
+async def _clean(tier: ObjectTier) -> None:
+    """Wake the cleaner and wait for a look that found nothing (more) to clean."""
+    cleaner = tier.cleaner
+    done = cleaner.done
+    cleaner.wake()
+    with trio.fail_after(120):
+        await done.wait()
+
+
+async def _wait_retired_deleted(tier: ObjectTier) -> None:
+    with trio.fail_after(30):
+        while tier.manifests.manifest.retired:
+            await trio.sleep(0.1)
+
+
+def _listed(url: str) -> set[str]:
+    return {info.key for info in open_object_store(url).list(DATA_PREFIX)}
+
+
+def _stored_manifest(url: str) -> Manifest:
+    found = open_object_store(url).get(manifest_key(1))
+    assert found is not None
+    return Manifest.from_bytes(found[0])
+
+
+def _check_compacted(
+    got: list[tuple[int, bytes, bytes | None]], cleaned_end: int, total: int
+) -> None:
+    offsets = [o for o, _, _ in got]
+    assert offsets == sorted(set(offsets))
+    cleaned = [(o, k, v) for o, k, v in got if o < cleaned_end]
+    keys = [k for _, k, _ in cleaned]
+    assert len(keys) == len(set(keys)), "at most one record per key in the cleaned range"
+    latest = _latest(cleaned_end)
+    for o, k, v in cleaned:
+        assert latest[k] == (o, v), f"offset {o} of {k!r} is not its latest below the end"
+    # The head is untouched: every offset from the cleaned end on.
+    assert [o for o, _, _ in got if o >= cleaned_end] == list(range(cleaned_end, total))
+    # Each key's last record is its latest update: a consumer of the whole log sees the table.
+    last: dict[bytes, tuple[int, bytes | None]] = {}
+    for o, k, v in got:
+        last[k] = (o, v)
+    assert last == _latest(total)
+
+
+async def test_a_compacted_topic_keeps_the_latest_record_per_key(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'objects'}"
+    broker = MainBroker(_config(tmp_path / "wal", url))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker.run)
+        bootstrap = f"127.0.0.1:{port}"
+        await broker.create_topic(
+            TOPIC, 1, {"cleanup.policy": "compact", "delete.retention.ms": "3600000"}
+        )
+        await trio.to_thread.run_sync(_produce, bootstrap, 0, UPDATES)
+        await _wait_uploaded(broker, UPDATES)
+        tier = _tier(broker)
+        before = tier.manifests.manifest
+        await _clean(tier)
+        status = broker.status()["objects"]["cleaner"]
+        assert status["cleanings"] == 1 and status["failures"] == 0, status
+        assert status["last_cleaning"]["end"] == UPDATES
+        assert status["records_removed"] >= UPDATES - KEYS
+        # The head: updates that come after the cleaning, uploaded but not cleaned.
+        await trio.to_thread.run_sync(_produce, bootstrap, UPDATES, UPDATES + 2 * KEYS)
+        total = UPDATES + 2 * KEYS
+        await _wait_uploaded(broker, total)
+        got = await trio.to_thread.run_sync(_consume, bootstrap)
+        _check_compacted(got, UPDATES, total)
+        assert len([o for o, _, _ in got if o < UPDATES]) == KEYS  # tombstones included
+        tombstones = [k for o, k, v in got if o < UPDATES and v is None]
+        assert len(tombstones) == TOMBSTONED  # younger than delete.retention.ms
+        # Metrics: the dirty ratio per partition and the progress counters.
+        metrics = broker.registry.render()
+        assert 'zonefleet_log_cleaner_dirty_ratio{topic="table",partition="0"}' in metrics
+        assert "zonefleet_log_cleaner_removed_records " in metrics
+        # The swapped-out objects go after their delay; nothing unlisted stays behind.
+        await _wait_retired_deleted(tier)
+        after = tier.manifests.manifest
+        assert _listed(url) == after.keys()
+        stream = after.stream(*next(iter(before.streams)))
+        assert stream is not None and stream.start_offset == 0
+        nursery.cancel_scope.cancel()
+
+
+class Injected(Exception):
+    pass
+
+
+def _fail_at(step: str) -> Callable[[str], None]:
+    def pause_point(at: str) -> None:
+        if at == step:
+            raise Injected(step)
+
+    return pause_point
+
+
+@pytest.mark.parametrize(
+    "step", ["object_put", "manifest_cas", "after_cleaner_upload", "after_cleaner_swap"]
+)
+async def test_a_cleaning_cut_short_loses_nothing_and_leaves_no_garbage(
+    step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"file://{tmp_path / 'objects'}"
+    updates = 20 * KEYS
+    wal_dir = tmp_path / "wal"
+    broker = MainBroker(_config(wal_dir, url))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker.run)
+        bootstrap = f"127.0.0.1:{port}"
+        await broker.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
+        await trio.to_thread.run_sync(_produce, bootstrap, 0, updates)
+        await _wait_uploaded(broker, updates)
+        tier = _tier(broker)
+        before = tier.manifests.manifest
+        if step in ("object_put", "manifest_cas"):
+            # The cleaning's first PUT is its first new object, the second the manifest's
+            # conditional write.
+            real_put = tier.astore.put
+            puts = 0
+            fail_at = 1 if step == "object_put" else 2
+
+            async def put(key: str, data: bytes, **kw: Any) -> Any:
+                nonlocal puts
+                puts += 1
+                if puts == fail_at:
+                    raise ObjectStoreError("injected")
+                return await real_put(key, data, **kw)
+
+            monkeypatch.setattr(tier.astore, "put", put)
+        else:
+            monkeypatch.setattr(cleaner_module, "pause_point", _fail_at(step))
+        await _clean(tier)
+        status = tier.cleaner.status()
+        assert status["failures"] == 1 and status["cleanings"] == 0, status
+        after = tier.manifests.manifest
+        if step == "after_cleaner_swap":
+            assert after.retired and after.version == before.version + 1
+        else:
+            assert after == before
+        nursery.cancel_scope.cancel()
+    monkeypatch.undo()
+    stored = _stored_manifest(url)
+    stray = _listed(url) - stored.referenced_keys()
+    assert bool(stray) == (step in ("manifest_cas", "after_cleaner_upload"))
+
+    # The restart: every update reads back as before (latest per key), the retired source
+    # goes after its delay, the orphan sweep takes exactly the unlisted new objects, and a
+    # full cleaning then runs.
+    broker = MainBroker(_config(wal_dir, url))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker.run)
+        bootstrap = f"127.0.0.1:{port}"
+        tier = _tier(broker)
+        await _wait_retired_deleted(tier)
+        assert set(await sweep_orphans(tier.astore, grace_ms=0)) == stray
+        got = await trio.to_thread.run_sync(_consume, bootstrap)
+        last = {k: (o, v) for o, k, v in got}
+        assert last == _latest(updates)
+        await _clean(tier)
+        assert tier.cleaner.status()["cleanings"] == 1
+        got = await trio.to_thread.run_sync(_consume, bootstrap)
+        _check_compacted(got, updates, updates)
+        await _wait_retired_deleted(tier)
+        assert _listed(url) == tier.manifests.manifest.keys()
+        nursery.cancel_scope.cancel()
