@@ -196,6 +196,8 @@ def _flags(info: BatchInfo, marker: str | None = None) -> str:
             ("transactional", info.is_transactional),
             (f"control:{marker}" if marker else "control", info.is_control),
             ("log-append-time", info.timestamp_type_log_append),
+            # The log cleaner's KIP-534 mark: the base timestamp is the delete horizon.
+            ("delete-horizon", bool(info.attributes & 0x40)),
         )
         if on
     ]

@@ -19,6 +19,7 @@ import trio
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 import main_broker.objects.cleaner as cleaner_module
+from fleet.inspect_cli import format_text, inspect_object, open_object_source
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
 from main_broker.objects.tier import ObjectTier
@@ -215,6 +216,15 @@ async def test_a_compacted_topic_keeps_the_latest_record_per_key(tmp_path: Path)
         metrics = broker.registry.render()
         assert 'zonefleet_log_cleaner_dirty_ratio{topic="table",partition="0"}' in metrics
         assert "zonefleet_log_cleaner_removed_records " in metrics
+        # inspect-object reads the cleaned objects; the tombstones' batch has its horizon.
+        texts = []
+        for key in tier.manifests.manifest.keys():
+            index, reports = inspect_object(
+                open_object_source(str(tmp_path / "objects" / key)), None
+            )
+            assert all(r.error is None for r in reports), key
+            texts.append(format_text(key, index, reports, batches=True))
+        assert any("delete-horizon" in t for t in texts)
         # The swapped-out objects go after their delay; nothing unlisted stays behind.
         await _wait_retired_deleted(tier)
         after = tier.manifests.manifest
