@@ -17,6 +17,7 @@ from aiokafka.admin.records_to_delete import RecordsToDelete
 from aiokafka.structs import TopicPartition as AIOTopicPartition
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaNewTopic
 from kio.schema.errors import ErrorCode
@@ -179,6 +180,58 @@ def test_create_partitions_with_manual_assignments(zone_fleet: ZoneFleet) -> Non
         assert time.monotonic() < deadline, zones
         time.sleep(0.2)
     assert zones[1] == zones[2] == main.zone
+
+
+def _wait_true_zone(fleet: ZoneFleet, topic: str, partition: int, wanted: Any) -> str:
+    deadline = time.monotonic() + 30
+    while True:
+        zone = true_leader_zones(fleet, topic).get(partition)
+        if zone is not None and wanted(zone):
+            return zone
+        assert time.monotonic() < deadline, (partition, zone)
+        time.sleep(0.2)
+
+
+def test_replica_assignments_may_name_the_ids_of_the_zone_view(zone_fleet: ZoneFleet) -> None:
+    """Clients assign replicas among the brokers Metadata showed them: their zone's main and
+    proxy. The proxy's id stands for a main of another zone (docs/compatibility.md), with
+    CreatePartitions and AlterPartitionReassignments alike."""
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 1)
+    admin = _admin(zone_fleet)
+    shown = set(admin.list_topics(timeout=10).brokers)
+    proxy = next(p.proxy.node_id for p in zone_fleet.config.proxies if p.proxy.zone == ZONE)
+    local = next(m.broker.node_id for m in zone_fleet.config.mains if m.broker.zone == ZONE)
+    assert shown == {proxy, local}
+    new = NewPartitions(topic, 4, [[proxy], [local], [local]])
+    admin.create_partitions([new])[topic].result(timeout=30)
+    _wait_partitions(zone_fleet, topic, 4)
+    assert _wait_true_zone(zone_fleet, topic, 1, lambda z: z != ZONE) != ZONE
+    assert _wait_true_zone(zone_fleet, topic, 2, lambda z: z == ZONE) == ZONE
+    leaders = {
+        i: p.leader
+        for i, p in admin.list_topics(topic, timeout=10).topics[topic].partitions.items()
+    }
+    assert (leaders[1], leaders[2]) == (proxy, local)
+    # AlterPartitionReassignments to the proxy: partition 2 leaves this zone's main for
+    # another zone's; partition 1, already behind the proxy, stays where it is.
+    before = true_leader_zones(zone_fleet, topic)[1]
+    client = KafkaAdminClient(
+        bootstrap_servers=zone_fleet.bootstrap(ZONE), client_id=zone_client_id(ZONE)
+    )
+    try:
+        result = client.alter_partition_reassignments(
+            {KafkaTopicPartition(topic, 2): [proxy], KafkaTopicPartition(topic, 1): [proxy]}
+        )
+        assert all(error is None for error in result.values()), result
+        _wait_true_zone(zone_fleet, topic, 2, lambda z: z != ZONE)
+        assert true_leader_zones(zone_fleet, topic)[1] == before
+        # And back with the main's own id.
+        result = client.alter_partition_reassignments({KafkaTopicPartition(topic, 2): [local]})
+        assert all(error is None for error in result.values()), result
+        _wait_true_zone(zone_fleet, topic, 2, lambda z: z == ZONE)
+    finally:
+        client.close()
 
 
 def test_create_partitions_kafka_python_and_aiokafka(zone_fleet: ZoneFleet) -> None:

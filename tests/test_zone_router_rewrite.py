@@ -406,3 +406,29 @@ def test_describe_topic_partitions_is_rewritten_like_metadata_topics() -> None:
     assert result.data["topics"][1] == before["topics"][1]
     entity = _round_trip(75, 0, result.data)
     assert [p.leader_id for p in entity.topics[0].partitions] == [1, 101, 101, 4]
+
+
+def test_mains_behind_a_node_of_a_zone_view() -> None:
+    # A main stands for itself; a proxy for the other zones' mains (it poses as their leader).
+    topo = topology()
+    assert topo.mains_behind(1) == (1,)
+    assert topo.mains_behind(101) == (2, 3)
+    assert topo.mains_behind(102) == (1, 3, 4)
+    assert topo.mains_behind(999) == ()
+
+
+def test_a_replica_id_of_a_zone_view_names_a_main() -> None:
+    from main_broker.cluster.zone_view import NotAMain, main_for_replica
+
+    topo = topology()
+    mains = [1, 2, 3, 4]
+    assert main_for_replica(topo, 4, mains, "t", 0) == 4
+    assert main_for_replica(topo, 999, mains, "t", 0) == 999  # left to the caller's check
+    # The proxy keeps a partition that another zone's main leads already ...
+    assert main_for_replica(topo, 101, mains, "t", 0, current=3) == 3
+    # ... and places one its zone's main leads over the mains it stands for.
+    placed = {main_for_replica(topo, 101, mains, "t", p, current=1) for p in range(4)}
+    assert placed == {2, 3}
+    alone = Topology(ZONES, [NODES[0], NODES[4]])
+    with pytest.raises(NotAMain, match=r"name a main broker \(one of \[1\]\)"):
+        main_for_replica(alone, 101, [1], "t", 0)

@@ -83,6 +83,17 @@ class Topology:
         name = self.zones.canonical(zone)
         return tuple(n for n in self.mains if n.zone == name) if name is not None else ()
 
+    def mains_behind(self, node_id: int) -> tuple[int, ...]:
+        """The mains a node stands for in its zone's view: a main, itself; a zone proxy, the
+        mains of the other zones (it poses as the leader of their partitions and the
+        coordinator of their groups); an unknown id, none."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return ()
+        if node.role == "main":
+            return (node_id,)
+        return tuple(m.node_id for m in self.mains if m.zone != node.zone)
+
     def is_live(self, node_id: int) -> bool:
         """Mains are always listed; proxies only when live."""
         node = self._nodes.get(node_id)

@@ -21,6 +21,7 @@ from main_broker.cluster.reassignment import (
     request_move,
     validate_target,
 )
+from main_broker.cluster.zone_view import NotAMain, fleet_topology, main_for_replica
 from s3_commit import ObjectStoreError
 
 if TYPE_CHECKING:
@@ -52,12 +53,27 @@ async def alter_partition_reassignments(
                     if part.replicas is None:
                         doc = cancel_move(doc, topic.name, part.partition_index)
                     else:
-                        target = validate_target(list(part.replicas), mains, allow_rf_change)
+                        replicas = _mains_named(
+                            doc, topic.name, part.partition_index, part.replicas
+                        )
+                        target = validate_target(replicas, mains, allow_rf_change)
                         doc = request_move(doc, topic.name, part.partition_index, target, now_ms)
                     rows.append((ErrorCode.none, None))
                 except MoveRefused as exc:
                     rows.append((exc.code, exc.message))
+                except NotAMain as exc:
+                    rows.append((ErrorCode.invalid_replica_assignment, str(exc)))
         return doc
+
+    topology = fleet_topology(broker.config)
+
+    def _mains_named(doc: ClusterDoc, name: str, index: int, replicas: Any) -> list[int]:
+        # The ids of the client's zone view: its zone's proxy stands for another zone's main.
+        meta = doc.topics.get(name)
+        current = (
+            meta.leaders[index] if meta is not None and 0 <= index < len(meta.leaders) else None
+        )
+        return [main_for_replica(topology, r, mains, name, index, current) for r in replicas]
 
     try:
         # A lone main decides on its own topics and records nothing (cluster.view.LoneMain).

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from main_broker.api.config_changes import ConfigChangeError, replace_topic_configs, topic_entries
 from main_broker.cluster.doc import PartitionCountChanged, TopicExists, UnknownTopic
+from main_broker.cluster.zone_view import NotAMain, fleet_topology, main_for_replica
 from main_broker.partition_log import leader_error
 
 if TYPE_CHECKING:
@@ -87,6 +88,20 @@ def assignment_error(assignments: list[list[int]], known: set[int]) -> str | Non
 def _known_nodes(broker: BrokerServices) -> set[int]:
     """The node ids a client may name: the mains and, as clients see them, the zone proxies."""
     return set(broker.cluster.main_ids) | {p.node_id for p in broker.config.zone_proxies}
+
+
+def _preferred_mains(
+    broker: BrokerServices, name: str, current: int, replicas: list[list[int]]
+) -> list[int] | None:
+    """The main that each new partition's first assigned broker stands for (None: no
+    assignment, the placement decides)."""
+    if not replicas:
+        return None
+    topology = fleet_topology(broker.config)
+    mains = broker.cluster.main_ids
+    return [
+        main_for_replica(topology, r[0], mains, name, current + i) for i, r in enumerate(replicas)
+    ]
 
 
 def _uuid(raw: bytes) -> uuid.UUID:
@@ -304,9 +319,13 @@ async def create_partitions(
             continue
         if req.validate_only:
             continue
-        # An assignment's first broker leads the new partition when it is a main (storage is
-        # shared: the other replicas mean nothing); otherwise the placement decides.
-        preferred = [r[0] for r in replicas] if replicas else None
+        # An assignment's first broker leads the new partition (storage is shared: the other
+        # replicas mean nothing): a main, or the main a zone proxy's id stands for.
+        try:
+            preferred = _preferred_mains(broker, name, current or 0, replicas)
+        except NotAMain as exc:
+            result.update(error_code=ErrorCode.invalid_replica_assignment, error_message=str(exc))
+            continue
         try:
             await broker.create_partitions(name, topic.count, preferred)
         except UnknownTopic:

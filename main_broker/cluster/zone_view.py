@@ -32,6 +32,7 @@ from zone_router import (
     Node,
     Topology,
     ZoneMap,
+    place_partitions,
     rewrite_describe_cluster,
     rewrite_describe_topic_partitions,
     rewrite_find_coordinator,
@@ -50,17 +51,61 @@ K = TypeVar("K", bound=Hashable)
 log = logging.getLogger("zonefleet.main_broker.zone_view")
 
 
+def fleet_topology(cfg: BrokerConfig) -> Topology:
+    """Every main and zone proxy of the fleet, all taken as live."""
+    zones: dict[str, str | None] = dict(cfg.zones)
+    nodes = [Node(m.node_id, m.zone, "main", m.host, m.port) for m in cfg.mains]
+    if not nodes:
+        host, port = cfg.advertised
+        nodes = [Node(cfg.node_id, cfg.zone, "main", host, port)]
+    nodes += cfg.zone_proxies
+    for node in nodes:
+        zones.setdefault(node.zone, None)
+    return Topology(ZoneMap.from_mapping(zones), nodes)
+
+
+class NotAMain(ValueError):
+    """A replica id that stands for no single main; the message names the ids to use."""
+
+
+def main_for_replica(
+    topology: Topology,
+    node_id: int,
+    mains: Collection[int],
+    topic: str,
+    partition: int,
+    current: int | None = None,
+) -> int:
+    """The main that a broker id in a client's replica assignment of `topic`:`partition`
+    stands for.
+
+    Clients name the brokers their zone view lists: their zone's mains and its proxy. A main
+    is itself. A proxy stands for the mains of the other zones (it poses as the leader of
+    their partitions): the one of them that already leads the partition (`current`), else
+    one placed as CreateTopics places partitions over them; either way the client's view
+    then shows the proxy as the leader, as it asked. A proxy that stands for no main raises
+    NotAMain, whose message names the ids to use. Ids the fleet does not know are returned
+    as they are, for the caller's own checks.
+    """
+    if node_id in mains:
+        return node_id
+    node = topology.node(node_id)
+    if node is None or node.role != "proxy":
+        return node_id
+    behind = [m for m in topology.mains_behind(node_id) if m in mains]
+    if current is not None and current in behind:
+        return current
+    if not behind:
+        raise NotAMain(
+            f"Broker {node_id} is the zone proxy of {node.zone}, which stands for no main "
+            f"broker here: name a main broker (one of {sorted(mains)}) in a replica assignment."
+        )
+    return place_partitions(topic, 1, behind, first=partition)[0]
+
+
 class MainZoneView:
     def __init__(self, cfg: BrokerConfig, live_proxies: Collection[int] = ()) -> None:
-        zones: dict[str, str | None] = dict(cfg.zones)
-        nodes = [Node(m.node_id, m.zone, "main", m.host, m.port) for m in cfg.mains]
-        if not nodes:
-            host, port = cfg.advertised
-            nodes = [Node(cfg.node_id, cfg.zone, "main", host, port)]
-        nodes += cfg.zone_proxies
-        for node in nodes:
-            zones.setdefault(node.zone, None)
-        self._all = Topology(ZoneMap.from_mapping(zones), nodes)
+        self._all = fleet_topology(cfg)
         self.topology = self._all.with_live_proxies(live_proxies)
         self._proxy_zones = {p.node_id: p.zone for p in cfg.zone_proxies}
         # Zone views only exist where there are zone proxies to send clients to.
