@@ -4,9 +4,10 @@ Group requests go to the group's coordinator (zone_router.placement, computed th
 the mains do), and so do transaction requests to their transactional id's coordinator
 (TxnOffsetCommit to the group's: it holds the offsets). ListOffsets and DeleteRecords are
 split by partition leader and the answers merged, so one request can span partitions led by
-mains in different zones. ListTransactions asks every main; ListGroups asks the mains this
-proxy stands for in its zone view (`foreign_mains`): a client sends ListGroups to every broker
-its Metadata lists, and its zone's own mains list their groups themselves.
+mains in different zones (AlterReplicaLogDirs too). ListTransactions asks every main;
+ListGroups asks the mains this proxy stands for in its zone view (`foreign_mains`): a client
+sends ListGroups to every broker its Metadata lists, and its zone's own mains list their
+groups themselves.
 Anything else goes to any live main: every main holds the whole cluster metadata, and reads
 the ACL and SCRAM documents from the metadata store on each request (CreateAcls, DescribeAcls,
 DeleteAcls, Describe/AlterUserScramCredentials), so any main answers them alike.
@@ -36,6 +37,7 @@ API_OFFSET_COMMIT, API_OFFSET_FETCH = 8, 9
 API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP, API_SYNC_GROUP = 11, 12, 13, 14
 API_DESCRIBE_GROUPS, API_LIST_GROUPS = 15, 16
 API_DESCRIBE_LOG_DIRS, API_DESCRIBE_PRODUCERS = 35, 61
+API_ALTER_REPLICA_LOG_DIRS = 34  # each partition's leader answers for it
 SINGLE_GROUP_APIS = {API_OFFSET_COMMIT, API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP}
 SINGLE_GROUP_APIS |= {API_SYNC_GROUP}
 API_DELETE_GROUPS, API_OFFSET_DELETE = 42, 47
@@ -141,6 +143,8 @@ def plan_relay(
     if key == API_DESCRIBE_PRODUCERS:
         request = decode_request(header, frame)
         return _split_by_leader(header, request, default, leader_of, "partition_indexes")
+    if key == API_ALTER_REPLICA_LOG_DIRS:
+        return _split_log_dirs_by_leader(header, decode_request(header, frame), default, leader_of)
     if key == API_DESCRIBE_LOG_DIRS:  # each main reports the partitions it leads
         asked = foreign_mains or mains
         return RelayPlan([(m, frame) for m in asked], _merge_lists(header, "results"))
@@ -186,6 +190,43 @@ def _split_by_leader(
         target = next(iter(by_main), default)
         return RelayPlan([(target, _frame(header, request))])
     return _split(header, request, by_main, "topics", _merge_topics(header))
+
+
+def _split_log_dirs_by_leader(
+    header: RequestHeader, request: Any, default: int, leader_of: Callable[[str, int], int | None]
+) -> RelayPlan:
+    """AlterReplicaLogDirs: each main gets the (dir, topic, partition) moves of the partitions
+    it leads, and the answers' topics are joined by name."""
+    by_main: dict[int, dict[str, dict[str, list[int]]]] = {}  # main -> path -> topic -> parts
+    for move in entity_to_data(request)["dirs"]:
+        for topic in move["topics"]:
+            for index in topic["partitions"]:
+                leader = leader_of(topic["name"], index)
+                main = default if leader is None else leader
+                in_dir = by_main.setdefault(main, {}).setdefault(move["path"], {})
+                in_dir.setdefault(topic["name"], []).append(index)
+    if len(by_main) <= 1:
+        return RelayPlan([(next(iter(by_main), default), _frame(header, request))])
+    calls = []
+    for main, paths in by_main.items():
+        dirs = [
+            {"path": path, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+            for path, topics in paths.items()
+        ]
+        sub = build_request(header.api_key, header.api_version, {"dirs": dirs})
+        calls.append((main, _frame(header, sub)))
+
+    def merge(responses: Sequence[bytes]) -> bytes:
+        parts = _decoded(header, responses)
+        topics: dict[str, list[Any]] = {}
+        for p in parts:
+            for result in p["results"]:
+                topics.setdefault(result["topic_name"], []).extend(result["partitions"])
+        results = [{"topic_name": n, "partitions": ps} for n, ps in topics.items()]
+        throttle = max(p["throttle_time"] for p in parts)
+        return _encode(header, {"throttle_time": throttle, "results": results})
+
+    return RelayPlan(calls, merge)
 
 
 def _frame(header: RequestHeader, request: Any) -> bytes:

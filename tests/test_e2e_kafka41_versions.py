@@ -474,3 +474,47 @@ def test_offset_commit_and_fetch_v10_name_topics_by_id(
             }
         finally:
             raw.close()
+
+
+def test_alter_replica_log_dirs_through_a_proxy(zone_fleet: ZoneFleet) -> None:
+    """The proxy splits the moves by partition leader (the mains of the other zones, whose
+    log dirs its DescribeLogDirs lists) and joins the answers."""
+    topic = unique_name("v41d")
+    create_zone_topic(zone_fleet, "az1", topic, 6)
+    raw = RawKafka(zone_fleet.bootstrap("az1"))
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until the other zones' mains report their partitions of the new topic
+            dirs = raw.request(35, 4, {"topics": [{"topic": topic, "partitions": list(range(6))}]})
+            # Each main lists its partitions under its WAL dir and its objects "dir".
+            home: dict[int, str] = {}
+            for d in dirs.results:
+                for t in d.topics:
+                    for p in t.partitions:
+                        if t.name == topic:
+                            home.setdefault(p.partition_index, d.log_dir)
+            if len(set(home.values())) >= 2 or time.monotonic() > deadline:
+                break
+        assert len(set(home.values())) >= 2, f"partitions of two mains: {home}"
+        moves: dict[str, list[int]] = {}
+        for index, path in home.items():
+            moves.setdefault(path, []).append(index)
+        # As Kafka, a request names each partition once (a later dir replaces an earlier one).
+        here = [
+            {"path": d, "topics": [{"name": topic, "partitions": ps}]} for d, ps in moves.items()
+        ]
+        nowhere = [{"path": "/nope", "topics": [{"name": topic, "partitions": sorted(home)}]}]
+        for dirs_asked, expected in (
+            (here, ErrorCode.none),
+            (nowhere, ErrorCode.log_dir_not_found),
+        ):
+            resp = raw.request(34, 2, {"dirs": dirs_asked})
+            errors: dict[int, int] = {}
+            for result in resp.results:
+                assert result.topic_name == topic
+                for p in result.partitions:
+                    assert p.partition_index not in errors
+                    errors[p.partition_index] = p.error_code
+            assert errors == dict.fromkeys(home, expected)
+    finally:
+        raw.close()
