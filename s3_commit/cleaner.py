@@ -235,63 +235,106 @@ def _body(batch: memoryview, info: BatchInfo) -> bytes:
         raise CorruptRecords(f"batch at {info.base_offset}: {exc}") from None
 
 
-class _Record(NamedTuple):
-    start: int  # of its length varint
-    end: int
-    ts_start: int  # of its timestamp delta varint
-    ts_end: int
-    ts_delta: int
-    offset_delta: int
-    key: bytes | None
-    tombstone: bool
+# A record as the filter sees it: (start, end, offset delta, key, is a tombstone); start is
+# its length varint's position in the batch's (decompressed) records section.
+_Record = tuple[int, int, int, bytes | None, bool]
 
 
 def _records(body: bytes, info: BatchInfo) -> list[_Record]:
     out: list[_Record] = []
+    append = out.append
     pos = 0
+    size = len(body)
     try:
         for _ in range(info.record_count):
             start = pos
-            length, pos = _varint(body, pos)
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif body[pos + 1] < 0x80:
+                n = (b & 0x7F) | body[pos + 1] << 7
+                length = (n >> 1) ^ -(n & 1)
+                pos += 2
+            else:
+                length, pos = _varint(body, pos)
             end = pos + length
-            ts_start = pos + 1  # past the record attributes
-            ts_delta, ts_end = _varint(body, ts_start)
-            offset_delta, pos = _varint(body, ts_end)
-            key_len, pos = _varint(body, pos)
+            if length < 0 or end > size:
+                raise CorruptRecords(f"batch at {info.base_offset}: a record overruns it")
+            pos += 1  # the record's attributes
+            while body[pos] >= 0x80:  # the timestamp delta, skipped
+                pos += 1
+            pos += 1
+            b = body[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = _varint(body, pos)
+            b = body[pos]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                key_len, pos = _varint(body, pos)
             key = None
             if key_len >= 0:
                 key = body[pos : pos + key_len]
                 pos += key_len
-            value_len, pos = _varint(body, pos)
-            if length < 0 or end > len(body) or pos > end:
-                raise CorruptRecords(f"batch at {info.base_offset}: a record overruns it")
-            out.append(
-                _Record(start, end, ts_start, ts_end, ts_delta, offset_delta, key, value_len < 0)
-            )
+            b = body[pos]
+            tombstone = b == 1 if b < 0x80 else _varint(body, pos)[0] < 0  # zigzag -1 is 1
+            append((start, end, offset_delta, key, tombstone))
             pos = end
     except IndexError:
         raise CorruptRecords(f"batch at {info.base_offset}: records overrun it") from None
     return out
 
 
-def _keys(body: bytes, info: BatchInfo) -> list[tuple[bytes | None, int]]:
-    """(key, offset delta) of each record: the map build's lean scan."""
-    out: list[tuple[bytes | None, int]] = []
+def _keys(body: bytes, info: BatchInfo) -> tuple[list[bytes], list[int]]:
+    """The keys of the keyed records and their offset deltas: the map build's lean scan
+    (one-byte varints, the norm for attributes, offset deltas and key lengths, inline)."""
+    keys: list[bytes] = []
+    deltas: list[int] = []
     pos = 0
+    size = len(body)
     try:
         for _ in range(info.record_count):
-            length, pos = _varint(body, pos)
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif body[pos + 1] < 0x80:
+                n = (b & 0x7F) | body[pos + 1] << 7
+                length = (n >> 1) ^ -(n & 1)
+                pos += 2
+            else:
+                length, pos = _varint(body, pos)
             end = pos + length
-            _, pos = _varint(body, pos + 1)
-            offset_delta, pos = _varint(body, pos)
-            key_len, pos = _varint(body, pos)
-            out.append((body[pos : pos + key_len] if key_len >= 0 else None, offset_delta))
-            if length < 0 or end > len(body):
+            if length < 0 or end > size:
                 raise CorruptRecords(f"batch at {info.base_offset}: a record overruns it")
+            pos += 1  # the record's attributes
+            while body[pos] >= 0x80:  # the timestamp delta, skipped
+                pos += 1
+            pos += 1
+            b = body[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = _varint(body, pos)
+            b = body[pos]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                key_len, pos = _varint(body, pos)
+            if key_len >= 0:
+                keys.append(body[pos : pos + key_len])
+                deltas.append(offset_delta)
             pos = end
     except IndexError:
         raise CorruptRecords(f"batch at {info.base_offset}: records overrun it") from None
-    return out
+    return keys, deltas
 
 
 def _iter_batches(buffers: Iterable[Buffer]) -> Iterable[tuple[memoryview, BatchInfo]]:
@@ -309,7 +352,7 @@ def _control_type(body: bytes, info: BatchInfo) -> int | None:
     if info.record_count < 1:
         return None
     records = _records(body, info)
-    key = records[0].key
+    key = records[0][3]
     if key is None or len(key) < 4:
         return None
     return int.from_bytes(key[2:4], "big", signed=True)
@@ -416,12 +459,11 @@ def build_offset_map(
         if txns.on_batch(info) or info.record_count == 0:
             continue
         base = info.base_offset
-        for key, delta in _keys(_body(view, info), info):
-            if key is None:
-                continue
-            if not offset_map.put(key, base + delta):
-                return MapResult(base, records, True)
-            records += 1
+        keys, deltas = _keys(_body(view, info), info)
+        stored = offset_map.put_all(keys, [base + d for d in deltas])
+        records += stored
+        if stored < len(keys):
+            return MapResult(base, records, True)
     return MapResult(end, records, False)
 
 
@@ -463,14 +505,16 @@ def _rebuild(
     attributes = info.attributes
     base_ts = info.base_timestamp
     if horizon is None:
-        records = b"".join(body[r.start : r.end] for r in kept)
+        records = b"".join([body[r[0] : r[1]] for r in kept])
     else:
         shift = info.base_timestamp - horizon
         out = bytearray()
-        for r in kept:
-            rec = bytearray(body[r.ts_start - 1 : r.ts_start])  # the record's attributes
-            _zigzag(r.ts_delta + shift, rec)
-            rec += body[r.ts_end : r.end]
+        for start, end, *_ in kept:
+            _, attributes_at = _varint(body, start)
+            ts_delta, ts_end = _varint(body, attributes_at + 1)
+            rec = bytearray(body[attributes_at : attributes_at + 1])
+            _zigzag(ts_delta + shift, rec)
+            rec += body[ts_end:end]
             _zigzag(len(rec), out)
             out += rec
         records = bytes(out)
@@ -594,16 +638,18 @@ class StreamCleaner:
         body = _body(view, info)
         records = _records(body, info)
         base = info.base_offset
-        get = self.offset_map.get
+        latest = self.offset_map.get_all([r[3] for r in records if r[3] is not None])
         kept: list[_Record] = []
         tombstones_kept = False
+        i = 0
         for r in records:
-            key = r.key
-            if key is None:
+            if r[3] is None:
                 continue  # keyless: Kafka's cleaner drops it too
-            if get(key) > base + r.offset_delta:
+            found = latest[i]
+            i += 1
+            if found > base + r[2]:
                 continue  # superseded
-            if r.tombstone:
+            if r[4]:
                 if horizon_passed:
                     stats.tombstones_removed += 1
                     continue

