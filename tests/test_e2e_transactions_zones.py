@@ -10,11 +10,11 @@ offset (its last read ends at the LSO ListOffsets gives)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import (
@@ -44,9 +44,10 @@ INPUTS = 240
 PER_TXN = 8
 
 
-@pytest.fixture
-def split_fleet(tmp_path: Path) -> Iterator[SplitFleet]:
-    fleet = SplitFleet(tmp_path / "fleet").start()
+@pytest.fixture(scope="module")
+def split_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SplitFleet]:
+    """One fleet for the module: a test that kills or pauses a node brings it back."""
+    fleet = SplitFleet(tmp_path_factory.mktemp("txn-zones") / "fleet").start()
     try:
         yield fleet
     finally:
@@ -181,6 +182,16 @@ def _list_offsets(fleet: SplitFleet, topic: str, partition: int) -> tuple[int, i
     finally:
         raw.close()
     return out[0], out[1]
+
+
+def _txn_state(fleet: SplitFleet, tid: str) -> str:
+    """DescribeTransactions through az1's proxy (relayed to the coordinator)."""
+    raw = RawKafka(fleet.fleet.bootstrap("az1"), client_id=zone_client_id("az1"))
+    try:
+        resp = raw.request(65, 0, {"transactional_ids": [tid]})
+    finally:
+        raw.close()
+    return str(resp.transaction_states[0].transaction_state)
 
 
 def _read_committed_output(fleet: SplitFleet, sink: str, expect: int) -> list[bytes]:
@@ -396,3 +407,79 @@ def test_aborted_transactions_are_skipped_by_read_committed_readers_of_every_pro
         finally:
             consumer.close()
         assert sorted(got) == sorted(committed), zone
+
+
+def test_prepare_commit_ends_in_commit_across_a_coordinator_kill(split_fleet: SplitFleet) -> None:
+    """EndTxn(commit) while a partition's leader is paused (SIGSTOP): the coordinator has
+    written PREPARE_COMMIT but cannot write that partition's marker. The coordinator is then
+    killed (-9) and restarted; it finds PREPARE_COMMIT in its WAL and sends the markers again,
+    and once the leader runs again (SIGCONT) the transaction is committed everywhere."""
+    import signal
+
+    fleet = split_fleet.fleet
+    topic = f"prepare-{uuid.uuid4().hex[:8]}"
+    create_topic(fleet, "az1", topic, PARTITIONS)
+    tid = f"prepare-{topic}"
+    main_ids = sorted(m.broker.node_id for m in fleet.config.mains)
+    coordinator = _main(split_fleet, group_coordinator(tid, main_ids))
+    leader_zones = true_leader_zones(fleet, topic)
+    paused = next(
+        m
+        for p in range(PARTITIONS)
+        if (m := _main_of_zone(split_fleet, leader_zones[p])) is not coordinator
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": fleet.bootstrap("az3"),
+            "client.id": zone_client_id("az3"),
+            "transactional.id": tid,
+        }
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    values = [b"prepared-%d" % i for i in range(9)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % PARTITIONS)
+    producer.flush(60)
+    assert paused.proc is not None
+    paused.proc.send_signal(signal.SIGSTOP)
+    try:
+        # The coordinator answers once its markers are written or after END_TXN_WAIT_S; the
+        # paused leader's never is, so this returns after the wait (or the client times out).
+        with contextlib.suppress(KafkaException):
+            producer.commit_transaction(30)
+        assert _txn_state(split_fleet, tid) == "PrepareCommit"
+        coordinator.kill()
+        coordinator.launch().wait_healthy(60)
+    finally:
+        paused.proc.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while True:
+        offsets = [_list_offsets(split_fleet, topic, p) for p in range(PARTITIONS)]
+        # 3 records and a marker each (a marker the restarted coordinator sent again to a
+        # leader that had it already is appended again: harmless, as in Kafka).
+        if all(hw == lso >= 4 for hw, lso in offsets):
+            break
+        assert time.monotonic() < deadline, offsets
+        time.sleep(0.2)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": fleet.bootstrap("az1"),
+            "client.id": zone_client_id("az1"),
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < len(values):
+            assert time.monotonic() < deadline, got
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error() and msg.value() is not None:
+                got.append(msg.value())  # type: ignore[arg-type]
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(values)
