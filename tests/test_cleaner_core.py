@@ -335,3 +335,33 @@ def test_cleaning_properties(
                 assert k is not None and (
                     latest[k] == o or latest[k] < first_dirty or o < first_dirty
                 )
+
+
+# -- golden: what a cleaning writes (docs/formats.md, "Log compaction") ----------------------------
+
+GOLDEN_EMPTY_EDGE = bytes.fromhex(
+    "000000000000006400000031ffffffff02525a8db70000000000010000018bcfe568000000018bcfe568"
+    "00ffffffffffffffffffffffffffff00000000"
+)
+GOLDEN_HORIZON = bytes.fromhex(
+    "000000000000006600000046ffffffff02af8d6a160040000000010000018bcfe656480000018bcfe568"
+    "05ffffffffffffffffffffffffffff00000002120085b9070002610100140085b907020262023300"
+)
+
+
+def test_golden_cleaned_batches() -> None:
+    first = build_batch([(b"a", b"1"), (b"b", b"2")], base_offset=100, timestamp_ms=NOW)
+    second = build_batch([(b"a", None), (b"b", b"3")], base_offset=102, timestamp_ms=NOW + 5)
+    offset_map = OffsetMap(1 << 12)
+    assert offset_map.put_all([b"a", b"b"], [102, 103]) == 2
+    cleaner = StreamCleaner(offset_map, 104, NOW + 1000, 60_000)
+    out, changed = cleaner.clean_range([first, second])
+    assert changed and [bytes(b) for b in out] == [GOLDEN_EMPTY_EDGE, GOLDEN_HORIZON]
+    horizon = parse_batch_header(GOLDEN_HORIZON)
+    assert horizon.attributes == DELETE_HORIZON_BIT and horizon.base_timestamp == NOW + 61_000
+    assert decode_records_for_tools(GOLDEN_HORIZON) == [
+        (102, NOW + 5, b"a", None),
+        (103, NOW + 5, b"b", b"3"),
+    ]
+    edge = parse_batch_header(GOLDEN_EMPTY_EDGE)
+    assert (edge.base_offset, edge.last_offset, edge.record_count) == (100, 101, 0)
