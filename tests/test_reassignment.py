@@ -221,6 +221,7 @@ def test_tail_from_the_objects_end_with_producer_state() -> None:
         "s": 15,
         "ls": 0,
         "pr": tail.producers,
+        "tx": {"o": [], "a": []},  # no transactions below the start
     }
 
 
@@ -298,10 +299,11 @@ def test_evacuate_dead_mains() -> None:
 def test_golden_takeover_record_header() -> None:
     """The `takeover` CONTROL header's exact msgpack bytes (docs/formats.md): the target's
     replay reads it, and so does the next target's TailCollector when the partition moves on."""
-    tail = Tail(100, [], [[7, 0, [[0, 4, 95, 99, 1700000000000]]]], 50)
+    txns = {"o": [[8, 98]], "a": [[9, 90, 97]]}
+    tail = Tail(100, [], [[7, 0, [[0, 4, 95, 99, 1700000000000]]]], 50, txns=txns)
     header = takeover_header(Move("t", 1, 1, 2, 3), tail)
     assert msgpack.packb(header, use_bin_type=True).hex() == (
-        "87"  # fixmap(7)
+        "88"  # fixmap(8)
         "a16b a874616b656f766572"  # "k": "takeover"
         "a174 a174"  # "t": "t"
         "a170 01"  # "p": 1
@@ -309,6 +311,7 @@ def test_golden_takeover_record_header() -> None:
         "a173 64"  # "s": 100 (the adopted objects' end)
         "a26c73 32"  # "ls": 50 (log start floor)
         "a27072 91 93 07 00 91 95 00 04 5f 63 cf0000018bcfe56800"  # "pr": producer rows
+        "a27478 82 a16f 91 92 08 62 a161 91 93 09 5a 61"  # "tx": transactions below "s"
     ).replace(" ", "")
 
 
