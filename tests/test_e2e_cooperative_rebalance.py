@@ -1,6 +1,8 @@
 """Cooperative-sticky rebalances with the classic protocol (issue 13): three confluent-kafka
-members, one per zone through that zone's proxy, change their subscriptions three times; each
-change settles within seconds, as on Kafka, and no partition is ever owned by two members.
+members (one per zone through that zone's proxy, all three behind one proxy, or on a lone main)
+go through three change sequences, in each of which every member changes its subscription
+several times; each sequence settles within seconds, as on Kafka, and no partition is ever
+owned by two members at once.
 
 A change "settles" when the members' assignment callbacks (incremental assign and revoke) add
 up to every partition of the topics subscribed, each owned by exactly one member that subscribes
@@ -20,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.fleet_process import FleetProcess
+from tests.group_members import coordinator_of
 from tests.test_e2e_clients import create_topic as lone_create_topic
 from tests.zone_fleet import (
     ZoneFleet,
@@ -40,15 +43,20 @@ SETTLE_BOUND_S = 15.0
 
 
 Owned = frozenset[tuple[str, int]]
+# (monotonic time, member, "assign" | "revoke", partitions), from the members' callbacks
+Event = tuple[float, str, str, Owned]
 
 
 class Member(threading.Thread):
     """A cooperative-sticky member that polls in its own thread; `resubscribe` is handed to
     that thread (the member's callbacks then run there too)."""
 
-    def __init__(self, name: str, bootstrap: str, zone: str, group: str) -> None:
+    def __init__(
+        self, name: str, bootstrap: str, zone: str, group: str, events: list[Event]
+    ) -> None:
         super().__init__(daemon=True, name=name)
         self.member = name
+        self.events = events
         self.owned: set[tuple[str, int]] = set()
         self.subscription: frozenset[str] = frozenset()
         self.lock = threading.Lock()
@@ -68,8 +76,6 @@ class Member(threading.Thread):
         )
 
     def resubscribe(self, topics: Sequence[str]) -> None:
-        with self.lock:
-            self.subscription = frozenset(topics)
         self.changes.put(list(topics))
 
     def snapshot(self) -> tuple[frozenset[str], Owned]:
@@ -77,8 +83,10 @@ class Member(threading.Thread):
             return self.subscription, frozenset(self.owned)
 
     def _on_assign(self, _consumer: Any, parts: list[TopicPartition]) -> None:
+        given = frozenset((p.topic, p.partition) for p in parts)
+        self.events.append((time.monotonic(), self.member, "assign", given))
         with self.lock:
-            self.owned |= {(p.topic, p.partition) for p in parts}
+            self.owned |= given
         log.info("%s assigned %s", self.member, sorted((p.topic, p.partition) for p in parts))
 
     def _on_revoke(self, consumer: Any, parts: list[TopicPartition]) -> None:
@@ -89,8 +97,10 @@ class Member(threading.Thread):
                 consumer.commit(offsets=positions, asynchronous=False)
             except Exception as exc:
                 log.info("%s commit on revoke failed: %s", self.member, exc)
+        taken = frozenset((p.topic, p.partition) for p in parts)
+        self.events.append((time.monotonic(), self.member, "revoke", taken))
         with self.lock:
-            self.owned -= {(p.topic, p.partition) for p in parts}
+            self.owned -= taken
         log.info("%s revoked %s", self.member, sorted((p.topic, p.partition) for p in parts))
 
     def run(self) -> None:
@@ -107,6 +117,8 @@ class Member(threading.Thread):
                         on_revoke=self._on_revoke,
                         on_lost=self._on_revoke,
                     )
+                    with self.lock:  # the client has it: what it owns from now on counts
+                        self.subscription = frozenset(topics)
                 msg = self.consumer.poll(0.05)
                 if msg is not None and msg.error() is None:
                     self.read += 1
@@ -116,7 +128,7 @@ class Member(threading.Thread):
 
 
 class Watch:
-    """The group's members; checks, on every look, that no partition has two owners."""
+    """Whether the group's members have settled on what they subscribe to."""
 
     def __init__(self, members: Sequence[Member]) -> None:
         self.members = members
@@ -128,10 +140,9 @@ class Watch:
             if subscription != expected[m.member]:
                 return False
             for tp in owned:
-                assert tp not in owners, f"{tp} owned by {owners[tp]} and {m.member}"
-                owners[tp] = m.member
-                if tp[0] not in subscription:
+                if tp in owners or tp[0] not in subscription:
                     return False
+                owners[tp] = m.member
         wanted = {
             (topic, p) for subs in expected.values() for topic in subs for p in range(PARTITIONS)
         }
@@ -163,8 +174,10 @@ def test_through_zone_proxies(zone_fleet: tuple[FleetProcess, ZoneFleet]) -> Non
         create_topic(fleet, "az1", topic, PARTITIONS)
         produce_confluent(fleet.bootstrap("az1"), "az1", topic, 2000, topic)
     group = unique_name("coop-group")
+    events: list[Event] = []
     members = [
-        Member(f"m{i}", fleet.bootstrap(zone), zone, group) for i, zone in enumerate(fleet.zones)
+        Member(f"m{i}", fleet.bootstrap(zone), zone, group, events)
+        for i, zone in enumerate(fleet.zones)
     ]
     _change_subscriptions(members, topics)
 
@@ -175,8 +188,24 @@ def test_on_a_lone_main(fleet: FleetProcess) -> None:
         lone_create_topic(fleet.bootstrap, topic, partitions=PARTITIONS)
         produce_confluent(fleet.bootstrap, "az1", topic, 2000, topic)
     group = unique_name("coop-group")
-    members = [Member(f"m{i}", fleet.bootstrap, "az1", group) for i in range(3)]
+    events: list[Event] = []
+    members = [Member(f"m{i}", fleet.bootstrap, "az1", group, events) for i in range(3)]
     _change_subscriptions(members, topics)
+
+
+def check_exclusive_ownership(events: list[Event]) -> None:
+    """No partition is ever held by two members at once: each assignment of a partition comes
+    after its previous holder revoked (or lost) it."""
+    holder: dict[tuple[str, int], str] = {}
+    for _, member, kind, parts in sorted(events):
+        for tp in parts:
+            if kind == "assign":
+                assert holder.get(tp) in (None, member), (
+                    f"{tp} given to {member}: {holder[tp]} holds it"
+                )
+                holder[tp] = member
+            elif holder.get(tp) == member:
+                del holder[tp]
 
 
 def _change_subscriptions(members: list[Member], topics: list[str]) -> None:
@@ -212,5 +241,22 @@ def _change_subscriptions(members: list[Member], topics: list[str]) -> None:
             m.join(30)
     for m in members:
         assert m.error is None, f"{m.member}: {m.error!r}"
+    check_exclusive_ownership(members[0].events)
     for took in times[1:]:
         assert took < SETTLE_BOUND_S, f"a change sequence took {took:.1f} s: {times}"
+
+
+def test_through_one_zone_proxy(zone_fleet: tuple[FleetProcess, ZoneFleet]) -> None:
+    """All three members behind az1's proxy, which relays their group requests to a
+    coordinator in another zone."""
+    _, fleet = zone_fleet
+    topics = [unique_name(f"coop-{t}") for t in "abc"]
+    for topic in topics:
+        create_topic(fleet, "az1", topic, PARTITIONS)
+    az1_mains = {m.broker.node_id for m in fleet.config.mains if m.broker.zone == "az1"}
+    group = unique_name("coop-group")
+    while coordinator_of(fleet, group) in az1_mains:
+        group = unique_name("coop-group")
+    events: list[Event] = []
+    members = [Member(f"m{i}", fleet.bootstrap("az1"), "az1", group, events) for i in range(3)]
+    _change_subscriptions(members, topics)
