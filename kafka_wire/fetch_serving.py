@@ -142,6 +142,23 @@ class _Want(Generic[E]):
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int
+    # The high watermark (or LSO) the first selection saw: what a partition still catching up
+    # to it (see _catching_up) is waited for, never a later one, so a busy one cannot hold
+    # the answer until max_wait.
+    target: int = -1
+
+
+def _catching_up(part: FetchPartition[Any], want: _Want[Any], budget: int, taken: int) -> bool:
+    """A store may say it cannot serve yet all it reports (a zone proxy's mirror: the main
+    published the high watermark before the proxy's WAL tail read the batches below it),
+    through an optional ``readable_end``. Such a partition, with room left in its budget,
+    is waited for within max_wait even once min_bytes are met: a Kafka leader holds all it
+    reports and would have sent it, and clients (kafka-python's poll) return what the first
+    answer holds."""
+    readable_end: int | None = getattr(part, "readable_end", None)
+    if readable_end is None or want.fetch_offset >= want.target:
+        return False
+    return readable_end < want.target and taken < budget
 
 
 _TopicWants = tuple[str, bytes, list[_Want[E]]]
@@ -190,9 +207,11 @@ def _parse_wants(source: FetchSource[E], req: Any, version: int) -> list[_TopicW
 
 def _select(
     wants: list[_TopicWants[E]], max_bytes: int, read_committed: bool
-) -> tuple[int, list[tuple[_Want[E], Sequence[E]]]]:
-    """Pick batches for every partition; returns (total bytes, selections). No I/O."""
+) -> tuple[int, list[tuple[_Want[E], Sequence[E]]], bool]:
+    """Pick batches for every partition; returns (total bytes, selections, whether a
+    partition is catching up to what it reports). No I/O."""
     total = 0
+    catching_up = False
     chosen: list[tuple[_Want[E], Sequence[E]]] = []
     for _, _, parts in wants:
         for want in parts:
@@ -209,18 +228,23 @@ def _select(
                 result.error_code = epoch_error
                 continue
             upper = part.last_stable_offset if read_committed else part.high_watermark
+            if want.target < 0:
+                want.target = upper
             budget = min(want.partition_max_bytes, max_bytes - total)
             error, entries = part.fetch_slice(
                 want.fetch_offset, max(budget, 0), upper, must_return_one=total == 0
             )
             result.error_code = error
+            taken = sum(e.size for e in entries)
+            if not error and _catching_up(part, want, budget, taken):
+                catching_up = True
             if read_committed and entries:
                 # Whole batches below the LSO are sent: the aborted transactions among them.
                 result.aborted_transactions = part.aborted_transactions(want.fetch_offset, upper)
             if entries:
                 chosen.append((want, entries))
-                total += sum(e.size for e in entries)
-    return total, chosen
+                total += taken
+    return total, chosen, catching_up
 
 
 async def serve_fetch(
@@ -253,9 +277,10 @@ async def serve_fetch(
     while True:
         # Taken before selecting, so data arriving while we select still wakes the wait.
         arrived = source.data_arrived
-        total, chosen = _select(wants, max_bytes, read_committed)
+        total, chosen, catching_up = _select(wants, max_bytes, read_committed)
         any_error = any(w.result.error_code for _, _, parts in wants for w in parts)
-        if total >= req.min_bytes or any_error or trio.current_time() >= deadline:
+        enough = total >= req.min_bytes and not catching_up
+        if enough or any_error or trio.current_time() >= deadline:
             break
         with trio.move_on_at(deadline):
             await arrived.wait()

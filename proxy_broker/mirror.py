@@ -115,6 +115,15 @@ class MirrorPartition:
         return [(pid, first) for pid, first, last in self.aborted if last >= start and first < end]
 
     @property
+    def readable_end(self) -> int:
+        """Where what this mirror can serve ends: the main publishes a high watermark before
+        the WAL tail reads the batches below it, and a fetch waits for them (within its
+        max_wait: kafka_wire.fetch_serving) rather than answer without them."""
+        stream = self.objects
+        uploaded = stream.end_offset if stream is not None else 0
+        return max(self.index.end_offset, uploaded)
+
+    @property
     def visible_end(self) -> int:
         return min(self.high_watermark, self.index.end_offset)
 

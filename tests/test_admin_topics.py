@@ -17,6 +17,7 @@ from aiokafka.admin.records_to_delete import RecordsToDelete
 from aiokafka.structs import TopicPartition as AIOTopicPartition
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaNewTopic
@@ -352,6 +353,45 @@ def test_delete_records_only_on_the_leader(zone_fleet: ZoneFleet) -> None:
     assert sorted(answers) == sorted(
         [ErrorCode.none] + [ErrorCode.not_leader_or_follower] * (len(answers) - 1)
     )
+
+
+@pytest.mark.parametrize("zone", ["az1", "az2"])
+def test_one_poll_after_delete_records_gets_what_the_proxy_leads(
+    zone_fleet: ZoneFleet, zone: str
+) -> None:
+    """Right after produce and DeleteRecords, one kafka-python poll of the partitions the
+    zone's proxy leads gets every remaining record: a proxy's answer holds all it reports,
+    as a Kafka leader's does, even while its mirrors still tail the mains' WAL."""
+    topic = _topic()
+    create_topic(zone_fleet, zone, topic, 6)
+    admin = _admin(zone_fleet, zone)
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    proxy = next(p.proxy.node_id for p in zone_fleet.config.proxies if p.proxy.zone == zone)
+    proxied = sorted(i for i, m in partitions.items() if m.leader == proxy)
+    assert proxied
+    producer = KafkaProducer(
+        bootstrap_servers=zone_fleet.bootstrap(zone), client_id=zone_client_id(zone)
+    )
+    for i in range(100 * len(proxied)):
+        producer.send(topic, b"v" * 100, partition=proxied[i % len(proxied)])
+    producer.flush()
+    producer.close()
+    deleted = admin.delete_records([TopicPartition(topic, p, 5) for p in proxied])
+    for future in deleted.values():
+        assert future.result(timeout=30).low_watermark == 5
+    consumer = KafkaConsumer(
+        bootstrap_servers=zone_fleet.bootstrap(zone),
+        client_id=zone_client_id(zone),
+        auto_offset_reset="earliest",
+    )
+    try:
+        consumer.assign([KafkaTopicPartition(topic, p) for p in proxied])
+        consumer.seek_to_beginning()
+        polled = consumer.poll(timeout_ms=2000)
+    finally:
+        consumer.close()
+    got = {tp.partition: [r.offset for r in records] for tp, records in polled.items()}
+    assert got == {p: list(range(5, 100)) for p in proxied}
 
 
 def test_delete_records_kafka_python_and_aiokafka(zone_fleet: ZoneFleet) -> None:

@@ -435,3 +435,47 @@ async def test_fetch_sessions_are_refused() -> None:
         (),
     )
     assert source.bytes_out == {}
+
+
+class CatchingUpPartition(MemPartition):
+    """A zone proxy's mirror: the main published a high watermark its WAL tail has not
+    reached yet (what it can serve ends at `readable_end`)."""
+
+    @property
+    def readable_end(self) -> int:
+        return self.index.end_offset
+
+
+async def test_waits_for_a_partition_catching_up_to_its_high_watermark(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Another partition's data meets min_bytes, but one is still catching up to the high
+    watermark it reports: the answer waits (within max_wait) for what lies below it, as a
+    Kafka leader, which holds it all, would have answered."""
+    topic = MemTopic("t", 2)
+    topic.partitions[1] = CatchingUpPartition("t", 1)
+    source = MemSource(topic)
+    first = source.append("t", 0, 20)
+    topic.partitions[1].high_watermark = topic.partitions[1].last_stable_offset = 1
+    req = _request(13, [(topic, [(0, 0, 1 << 20, -1), (1, 0, 1 << 20, -1)])], max_wait=10)
+    got: list[Any] = []
+
+    async def consumer() -> None:
+        got.append(await _fetch(source, 13, req))
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consumer)
+        await trio.sleep(0.05)
+        assert not got  # partition 1's data is on its way
+        second = source.append("t", 1, 20)
+    assert trio.current_time() - start == pytest.approx(0.05)
+    parts = {k[1]: v for k, v in _parts(got[0]).items()}
+    assert (parts[0].records, parts[1].records) == (first, second)
+    # It never waits past max_wait: what is readable by then goes out.
+    topic.partitions[1].high_watermark = 5
+    req = _request(13, [(topic, [(0, 0, 1 << 20, -1), (1, 1, 1 << 20, -1)])], max_wait=1)
+    start = trio.current_time()
+    parts = {k[1]: v for k, v in _parts(await _fetch(source, 13, req)).items()}
+    assert trio.current_time() - start == pytest.approx(1)
+    assert parts[0].records == first and not parts[1].records
