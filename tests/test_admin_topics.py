@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewPartitions as AIONewPartitions
 from aiokafka.admin.records_to_delete import RecordsToDelete
 from aiokafka.structs import TopicPartition as AIOTopicPartition
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
@@ -392,6 +392,54 @@ def test_one_poll_after_delete_records_gets_what_the_proxy_leads(
         consumer.close()
     got = {tp.partition: [r.offset for r in records] for tp, records in polled.items()}
     assert got == {p: list(range(5, 100)) for p in proxied}
+
+
+def test_a_partition_beyond_the_count_is_unknown_at_once(zone_fleet: ZoneFleet) -> None:
+    """ListOffsets (offsets_for_times) for a partition the topic does not have: every broker
+    of a zone view answers UNKNOWN_TOPIC_OR_PARTITION at once, for that partition only, also
+    in a request a proxy splits over several mains; confluent-kafka fails fast. (kafka-python
+    and aiokafka never send it: their clients wait for Metadata to list the partition, up to
+    their timeout, against Kafka too.)"""
+    topic = _topic()
+    create_topic(zone_fleet, ZONE, topic, 3)
+    admin = _admin(zone_fleet)
+    request = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {"partition_index": i, "timestamp": 0, "current_leader_epoch": -1}
+                    for i in (0, 1, 2, 5)
+                ],
+            }
+        ],
+    }
+    for node_id, broker in admin.list_topics(timeout=10).brokers.items():
+        raw = RawKafka(f"{broker.host}:{broker.port}", client_id=zone_client_id(ZONE))
+        try:
+            resp = raw.request(2, 8, request)
+        finally:
+            raw.close()
+        codes = {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
+        assert codes[5] == ErrorCode.unknown_topic_or_partition, (node_id, codes)
+        assert set(codes) == {0, 1, 2, 5}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": zone_fleet.bootstrap(ZONE),
+            "client.id": zone_client_id(ZONE),
+            "group.id": _topic(),
+        }
+    )
+    try:
+        started = time.monotonic()
+        with pytest.raises(KafkaException) as info:
+            consumer.offsets_for_times([TopicPartition(topic, 5, 0)], 15)
+        assert info.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
+        assert time.monotonic() - started < 5
+    finally:
+        consumer.close()
 
 
 def test_delete_records_kafka_python_and_aiokafka(zone_fleet: ZoneFleet) -> None:
