@@ -189,6 +189,13 @@ class Driver:
             )
         )
         batch = parse_batch_header(buf)
+        if transactional and not self.plog.txns.is_open(pid):
+            # The coordinator added the partition to the transaction (AddPartitionsToTxn),
+            # which lets the transaction's first batch open it here (KIP-890's check, where
+            # the partition has it).
+            allow = getattr(self.plog.txns, "allow", None)
+            if allow is not None:
+                allow(pid, EPOCH)
         check = self.plog.check_producer(batch)
         assert check.verdict is Verdict.APPEND, check
         entry = self.plog.append(buf, batch, NOW)
