@@ -50,6 +50,9 @@ compaction_interval_s = 300.0         # merge small StreamSetObjects, split larg
 compaction_small_object_bytes = 33554432   # an SSO below this is merged with others
 compaction_max_object_bytes = 134217728    # at most this much per compaction job
 compaction_delete_delay_s = 30.0      # replaced objects go this long after the swap
+log_cleaner_enable = true             # clean compacted topics' objects (log.cleaner.enable)
+log_cleaner_interval_s = 15.0         # how often it looks for a partition to clean
+log_cleaner_dedupe_buffer_bytes = 16777216  # its offset map (24 bytes a key), per main
 
 [accounting]                      # traffic ledgers, <data_dir>/accounting/dt=YYYY-MM-DD/*.jsonl
 upload_interval_s = 600.0         # with a [storage] object_store, each node uploads its closed
@@ -482,8 +485,14 @@ def _storage_upkeep(b: BrokerConfig, storage: dict[str, Any]) -> None:
         storage.get("compaction_max_object_bytes", 128 * 1024 * 1024)
     )
     b.compaction_delete_delay_s = float(storage.get("compaction_delete_delay_s", 30.0))
+    b.log_cleaner_enable = bool(storage.get("log_cleaner_enable", True))
+    b.log_cleaner_interval_s = float(storage.get("log_cleaner_interval_s", 15.0))
+    b.log_cleaner_dedupe_buffer_bytes = int(
+        storage.get("log_cleaner_dedupe_buffer_bytes", 16 * 1024 * 1024)
+    )
     positive = {
         "orphan_sweep_interval_s": b.orphan_sweep_interval_s,
+        "log_cleaner_interval_s": b.log_cleaner_interval_s,
         "compaction_interval_s": b.compaction_interval_s,
         "compaction_small_object_bytes": b.compaction_small_object_bytes,
         "compaction_max_object_bytes": b.compaction_max_object_bytes,
@@ -491,6 +500,8 @@ def _storage_upkeep(b: BrokerConfig, storage: dict[str, Any]) -> None:
     for name, value in positive.items():
         if value <= 0:
             raise ConfigError(f"[storage] {name} must be > 0")
+    if b.log_cleaner_dedupe_buffer_bytes < 1024:
+        raise ConfigError("[storage] log_cleaner_dedupe_buffer_bytes must be >= 1024")
     if b.orphan_grace_s < 0 or b.compaction_delete_delay_s < 0:
         raise ConfigError("[storage] orphan_grace_s and compaction_delete_delay_s must be >= 0")
 

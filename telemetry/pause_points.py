@@ -9,7 +9,8 @@ Steps: ``after_upload`` (objects PUT, their manifest CAS not yet made), ``after_
 manifest CAS succeeded, nothing after it ran), ``during_trim`` (a WAL retention pass deleted a
 segment and has more to delete), ``after_compaction_upload`` (a compaction's new objects PUT,
 its manifest swap not yet made), ``after_compaction_swap`` (the swap's CAS succeeded, nothing
-after it ran).
+after it ran), ``after_cleaner_upload`` and ``after_cleaner_swap`` (the same two steps of one
+object rewrite of the log cleaner).
 """
 
 from __future__ import annotations
