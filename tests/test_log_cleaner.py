@@ -315,3 +315,51 @@ async def test_a_cleaning_cut_short_loses_nothing_and_leaves_no_garbage(
         await _wait_retired_deleted(tier)
         assert _listed(url) == tier.manifests.manifest.keys()
         nursery.cancel_scope.cancel()
+
+
+def _transactions(bootstrap: str) -> None:
+    """Committed "c1" for k-0..9, an aborted "aborted" for the same keys, committed "c2" for
+    k-10..19."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{uuid.uuid4()}"})
+    producer.init_transactions(30)
+    for keys, value, commit in (
+        (range(10), b"c1", True),
+        (range(10), b"aborted", False),
+        (range(10, 20), b"c2", True),
+    ):
+        producer.begin_transaction()
+        for k in keys:
+            producer.produce(TOPIC, value, b"k-%d" % k)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+
+
+async def test_the_records_of_aborted_transactions_are_cleaned(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'objects'}"
+    broker = MainBroker(_config(tmp_path / "wal", url))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker.run)
+        bootstrap = f"127.0.0.1:{port}"
+        await broker.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
+        await trio.to_thread.run_sync(_transactions, bootstrap)
+        plog = broker.store.partition(TOPIC, 0)
+        assert plog is not None and len(plog.txns.aborted) == 1
+        end = plog.high_watermark
+        assert plog.last_stable_offset == end
+        await _wait_uploaded(broker, end)
+        tier = _tier(broker)
+        await _clean(tier)
+        status = tier.cleaner.status()
+        assert status["cleanings"] == 1 and status["aborted_batches_removed"] >= 1, status
+        # read_uncommitted: what a consumer sees once the cleaner ran holds no aborted record.
+        got = await trio.to_thread.run_sync(_consume, bootstrap)
+        values = {k: v for _, k, v in got}
+        assert values == {
+            **{b"k-%d" % k: b"c1" for k in range(10)},
+            **{b"k-%d" % k: b"c2" for k in range(10, 20)},
+        }
+        assert len(got) == 20
+        nursery.cancel_scope.cancel()
