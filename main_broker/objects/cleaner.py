@@ -225,6 +225,9 @@ class LogCleaner:
         for rng in section.ranges:
             if rng.start >= end:
                 break
+            if plog.fenced or not plog.owned:
+                # Being moved away: its new leader adopts the ranges as they are listed now.
+                raise CleaningAbandoned("the partition is moving to another main")
             replaced += await self._rewrite(rng, key, stream_id, cleaner)
         self.checkpoints[key] = end
         self.stats.add(cleaner.stats)
