@@ -13,7 +13,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-log = logging.getLogger("zonefleet.main_broker.groups")
+log = logging.getLogger(__name__)
 
 NONE = int(ErrorCode.none)
 ILLEGAL_GENERATION = int(ErrorCode.illegal_generation)
