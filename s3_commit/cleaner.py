@@ -48,8 +48,9 @@ segments:
 from __future__ import annotations
 
 import bisect
+import json
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -64,10 +65,11 @@ from kafka_wire.record_batch import (
     Buffer,
     parse_batch_header,
 )
-from s3_commit.manifest import ObjectRange, StreamManifest
+from s3_commit.manifest import ObjectRange, StreamKey, StreamManifest
 from s3_commit.offset_map import OffsetMap
 
 __all__ = [
+    "CHECKPOINT_PREFIX",
     "DEFAULT_CLEANER_INTERVAL_S",
     "DEFAULT_DEDUPE_BUFFER_BYTES",
     "DELETE_HORIZON_BIT",
@@ -80,8 +82,11 @@ __all__ = [
     "MapResult",
     "StreamCleaner",
     "build_offset_map",
+    "checkpoint_key",
     "cleanable_section",
+    "decode_checkpoints",
     "empty_batch",
+    "encode_checkpoints",
 ]
 
 DEFAULT_DEDUPE_BUFFER_BYTES = 16 << 20  # Kafka: log.cleaner.dedupe.buffer.size (128 MiB / threads)
@@ -677,3 +682,52 @@ class StreamCleaner:
     def _written(self, data: bytes) -> bytes:
         self.stats.bytes_written += len(data)
         return data
+
+
+# -- the checkpoint document --------------------------------------------------------------------
+
+CHECKPOINT_PREFIX = "cleaner/"
+CHECKPOINT_FORMAT = 1
+
+
+def checkpoint_key(node_id: int) -> str:
+    """Where a main keeps its cleaner's checkpoints (Kafka's cleaner-offset-checkpoint)."""
+    return f"{CHECKPOINT_PREFIX}{node_id}.json"
+
+
+def encode_checkpoints(node_id: int, checkpoints: Mapping[StreamKey, int]) -> bytes:
+    """`{"format":1,"node_id":N,"first_dirty":[[topic id hex, partition, offset],...]}`,
+    sorted by stream."""
+    rows = [[k.topic_id.hex(), k.partition, off] for k, off in sorted(checkpoints.items())]
+    body = {"format": CHECKPOINT_FORMAT, "node_id": node_id, "first_dirty": rows}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_checkpoints(data: bytes) -> dict[StreamKey, int]:
+    """The checkpoints of `encode_checkpoints`' bytes; ValueError when they are not that."""
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"cleaner checkpoints are not JSON: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError("cleaner checkpoints: not a format 1 document")
+    rows = raw.get("first_dirty")
+    if not isinstance(rows, list):
+        raise ValueError("cleaner checkpoints: first_dirty is not a list")
+    out: dict[StreamKey, int] = {}
+    for i, row in enumerate(rows):
+        if (
+            not isinstance(row, list)
+            or len(row) != 3
+            or not isinstance(row[0], str)
+            or any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in row[1:])
+        ):
+            raise ValueError(f"cleaner checkpoints: first_dirty[{i}] is not [hex, int, int]")
+        try:
+            topic_id = bytes.fromhex(row[0])
+        except ValueError:
+            topic_id = b""
+        if len(topic_id) != 16:
+            raise ValueError(f"cleaner checkpoints: first_dirty[{i}] has a bad topic id")
+        out[StreamKey(topic_id, row[1])] = row[2]
+    return out

@@ -25,9 +25,12 @@ from s3_commit.cleaner import (
     CleaningPolicy,
     StreamCleaner,
     build_offset_map,
+    checkpoint_key,
     cleanable_section,
+    decode_checkpoints,
+    encode_checkpoints,
 )
-from s3_commit.manifest import ObjectRange, StreamManifest
+from s3_commit.manifest import ObjectRange, StreamKey, StreamManifest
 from s3_commit.object_format import check_block, decode_object, encode_object
 from s3_commit.offset_map import BYTES_PER_ENTRY, OffsetMap
 
@@ -365,3 +368,26 @@ def test_golden_cleaned_batches() -> None:
     ]
     edge = parse_batch_header(GOLDEN_EMPTY_EDGE)
     assert (edge.base_offset, edge.last_offset, edge.record_count) == (100, 101, 0)
+
+
+GOLDEN_CHECKPOINTS = (
+    b'{"format":1,"node_id":3,"first_dirty":['
+    b'["000102030405060708090a0b0c0d0e0f",0,1200],["000102030405060708090a0b0c0d0e0f",1,0]]}'
+)
+
+
+def test_golden_checkpoints() -> None:
+    topic_id = bytes(range(16))
+    checkpoints = {StreamKey(topic_id, 1): 0, StreamKey(topic_id, 0): 1200}
+    assert encode_checkpoints(3, checkpoints) == GOLDEN_CHECKPOINTS
+    assert decode_checkpoints(GOLDEN_CHECKPOINTS) == checkpoints
+    assert checkpoint_key(3) == "cleaner/3.json"
+    for bad in (
+        b"[]",
+        b'{"format":2,"first_dirty":[]}',
+        b'{"format":1,"first_dirty":[["00",0,1]]}',
+        b'{"format":1,"first_dirty":[["000102030405060708090a0b0c0d0e0f",0,-1]]}',
+        b"not json",
+    ):
+        with pytest.raises(ValueError):
+            decode_checkpoints(bad)

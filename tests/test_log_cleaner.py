@@ -24,6 +24,7 @@ from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
 from main_broker.objects.tier import ObjectTier
 from s3_commit import ObjectStoreError, open_object_store
+from s3_commit.cleaner import checkpoint_key, decode_checkpoints
 from s3_commit.manifest import Manifest, manifest_key
 from s3_commit.manifest_store import sweep_orphans
 from s3_commit.object_plan import DATA_PREFIX
@@ -203,6 +204,10 @@ async def test_a_compacted_topic_keeps_the_latest_record_per_key(tmp_path: Path)
         assert status["cleanings"] == 1 and status["failures"] == 0, status
         assert status["last_cleaning"]["end"] == UPDATES
         assert status["records_removed"] >= UPDATES - KEYS
+        # The checkpoint is in the store: a restart does not count the partition dirty again.
+        found = open_object_store(url).get(checkpoint_key(1))
+        assert found is not None
+        assert list(decode_checkpoints(found[0]).values()) == [UPDATES]
         # The head: updates that come after the cleaning, uploaded but not cleaned.
         await trio.to_thread.run_sync(_produce, bootstrap, UPDATES, UPDATES + 2 * KEYS)
         total = UPDATES + 2 * KEYS
@@ -317,6 +322,18 @@ async def test_a_cleaning_cut_short_loses_nothing_and_leaves_no_garbage(
         _check_compacted(got, updates, updates)
         await _wait_retired_deleted(tier)
         assert _listed(url) == tier.manifests.manifest.keys()
+        nursery.cancel_scope.cancel()
+    if step != "object_put":
+        return
+    # One more restart: the checkpoint in the store says the partition is clean.
+    broker = MainBroker(_config(wal_dir, url))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        tier = _tier(broker)
+        await _clean(tier)
+        status = tier.cleaner.status()
+        assert status["cleanings"] == 0 and list(status["checkpoints"].values()) == [updates]
+        assert tier.cleaner.ratios and max(tier.cleaner.ratios.values()) == 0.0
         nursery.cancel_scope.cancel()
 
 

@@ -19,9 +19,11 @@ A cleaning of one partition:
    (`apply_compaction`: the new objects cover exactly the source's offsets; the source is
    retired and deleted `compaction_delete_delay_s` later by `Compactor.delete_retired`). An
    object the filter would not change is left alone;
-3. moves the partition's checkpoint (the first dirty offset) to the end, in memory: a restart
-   or a new leader counts the whole partition as dirty again and cleans it once more, which
-   costs work but never data.
+3. moves the partition's checkpoint (the first dirty offset) to the end and PUTs this main's
+   checkpoints (`cleaner/<node id>.json`, read back at the first look after a start). The
+   checkpoint only decides what counts as dirty: one lost (a failed PUT, a crash, a partition
+   that moved here) makes the partition dirty again and costs a cleaning, never data; one
+   from before the partition's objects changed under it cleans less, never wrongly.
 
 Crashes: before a swap's CAS the new objects are unlisted orphans that the orphan sweep deletes
 (as for an upload); after it, the source is retired in the manifest and is deleted after its
@@ -49,7 +51,10 @@ from s3_commit.cleaner import (
     CorruptRecords,
     StreamCleaner,
     build_offset_map,
+    checkpoint_key,
     cleanable_section,
+    decode_checkpoints,
+    encode_checkpoints,
 )
 from s3_commit.compaction import (
     CompactionAbandoned,
@@ -63,6 +68,7 @@ from s3_commit.compaction import (
 )
 from s3_commit.manifest import Manifest, ObjectRange, StreamKey, new_object_id
 from s3_commit.object_plan import UploadPlan, plan_upload
+from s3_commit.object_store import ObjectStoreError
 from s3_commit.offset_map import OffsetMap
 from telemetry.pause_points import pause_point
 
@@ -106,6 +112,7 @@ class LogCleaner:
         self.next_due = time.monotonic() + self.interval_s
         # Per partition the first dirty offset (Kafka's cleaner-offset-checkpoint), in memory.
         self.checkpoints: dict[StreamKey, int] = {}
+        self.checkpoints_loaded = False
         self.offset_map: OffsetMap | None = None
         self.stats = CleanStats()
         self.cleanings = 0
@@ -145,6 +152,8 @@ class LogCleaner:
         self.next_due = 0.0
 
     async def clean_once(self) -> bool:
+        if not self.checkpoints_loaded:
+            await self._load_checkpoints()
         candidate = self._choose(self.tier.manifests.manifest, int(time.time() * 1000))
         if candidate is None:
             return False
@@ -230,6 +239,7 @@ class LogCleaner:
                 raise CleaningAbandoned("the partition is moving to another main")
             replaced += await self._rewrite(rng, key, stream_id, cleaner)
         self.checkpoints[key] = end
+        await self._save_checkpoints()
         self.stats.add(cleaner.stats)
         self.cleanings += 1
         self.last_error = None
@@ -251,6 +261,27 @@ class LogCleaner:
         self.cleaned.set()
         self.cleaned = trio.Event()
         log.info("log cleaning: %s", self.last_cleaning)
+
+    async def _load_checkpoints(self) -> None:
+        found = await self.tier.astore.get(checkpoint_key(self.tier.config.node_id))
+        self.checkpoints_loaded = True
+        if found is None:
+            return
+        try:
+            loaded = decode_checkpoints(found[0])
+        except ValueError as exc:
+            log.warning("ignoring the log cleaner's checkpoints (all counts as dirty): %s", exc)
+            return
+        self.checkpoints = {**loaded, **self.checkpoints}
+
+    async def _save_checkpoints(self) -> None:
+        listed = self.tier.manifests.manifest.streams.keys()
+        self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in listed}
+        data = encode_checkpoints(self.tier.config.node_id, self.checkpoints)
+        try:
+            await self.tier.astore.put(checkpoint_key(self.tier.config.node_id), data)
+        except (ObjectStoreError, OSError) as exc:
+            log.warning("saving the log cleaner's checkpoints failed: %s", exc)
 
     async def _get(self, key: str) -> bytes:
         found = await self.tier.astore.get(key)
