@@ -474,7 +474,10 @@ def null_key_indexes(buf: Buffer, batch: BatchInfo) -> list[int]:
         pos += 1  # record attributes
         _, pos = _read_varint(body, pos)  # timestamp delta
         _, pos = _read_varint(body, pos)  # offset delta
-        key_length, _ = _read_varint(body, pos)
+        key_length, pos = _read_varint(body, pos)
+        if pos > end:
+            # Else a batch of zero-length records, 1 byte each, reads as valid.
+            raise InvalidBatch(ErrorCode.corrupt_message, f"record {index} overruns its length")
         if key_length < 0:
             out.append(index)
         pos = end
@@ -491,9 +494,12 @@ def decode_records_for_tools(buf: Buffer) -> list[tuple[int, int, bytes | None, 
     for batch in iter_batches(view):
         body = _records_body(view, batch)
         pos = 0
-        for _ in range(batch.record_count):
+        for index in range(batch.record_count):
             length, pos = _read_varint(body, pos)
             end = pos + length
+            if length < 0 or end > len(body):
+                # A negative length would move `pos` back: an endless loop, or a negative index.
+                raise InvalidBatch(ErrorCode.corrupt_message, f"record {index} overruns its batch")
             pos += 1  # record attributes
             ts_delta, pos = _read_varint(body, pos)
             offset_delta, pos = _read_varint(body, pos)
@@ -505,6 +511,8 @@ def decode_records_for_tools(buf: Buffer) -> list[tuple[int, int, bytes | None, 
                 else:
                     fields.append(bytes(body[pos : pos + n]))
                     pos += n
+            if pos > end:
+                raise InvalidBatch(ErrorCode.corrupt_message, f"record {index} overruns its length")
             pos = end  # headers are skipped
             ts = (
                 batch.max_timestamp
