@@ -152,10 +152,10 @@ _LIMITS: Final = record_batch.ProduceLimits(
 _BATCH_ERRORS: Final[Declared] = (record_batch.InvalidBatch,)
 
 
-def _validate_records(records: Buffer) -> None:
+def _validate_records(records: Buffer, limits: record_batch.ProduceLimits = _LIMITS) -> None:
     """What a main does with one partition's records: validate, then (compacted topics) find
     the records without a key."""
-    batch = _expect(_BATCH_ERRORS, record_batch.validate_batch, records, _LIMITS)
+    batch = _expect(_BATCH_ERRORS, record_batch.validate_batch, records, limits)
     if batch is not None:
         _expect(_BATCH_ERRORS, record_batch.null_key_indexes, records, batch)
 
@@ -175,10 +175,12 @@ def run_request(data: bytes) -> None:
         if req is None:
             return
         hot_codecs.name_topics(req, lambda topic_id: None)
+        # The request's version (zstd needs v7) and a small max.message.bytes.
+        limits = _LIMITS._replace(api_version=header.api_version, max_message_bytes=4096)
         for topic in req.topics:
             for part in topic.partitions:
                 if part.records is not None:
-                    _validate_records(part.records)
+                    _validate_records(part.records, limits)
         return
     _expect((codec.MalformedRequest,), codec.decode_request, header, frame)
 
@@ -264,8 +266,10 @@ def run_rpc(data: bytes) -> None:
     if msg is None:
         return
     server = protocol.ServerSession({"confirm", "relay"}, {"state"}, max_in_flight=2)
-    for _ in range(3):
-        _expect((protocol.ProtocolViolation,), server.receive, msg)
+    for k in (0, 0, 1, 2):  # a duplicate id, then more calls than it takes at once
+        rid = msg.get("id")
+        again = {**msg, "id": rid + k} if type(rid) is int else msg
+        _expect((protocol.ProtocolViolation,), server.receive, again)
     client = protocol.ClientSession(max_buffered_pushes=1)
     for _ in range(3):
         client.open("confirm")
@@ -468,6 +472,7 @@ class Stats:
     queue: int = 0
     seeds: int = 0
     crashes: list[Crash] = field(default_factory=list)
+    covered: set[tuple[str, int]] = field(default_factory=set)  # (file, line) reached
 
     @property
     def rate(self) -> float:
@@ -602,7 +607,8 @@ def fuzz(
             inflight.close()
     stats.seconds = time.perf_counter() - started
     stats.edges = len(covered)
-    stats.lines = len({(f, ln) for f, _, ln in covered})
+    stats.covered = {(f, ln) for f, _, ln in covered}
+    stats.lines = len(stats.covered)
     stats.queue = len(queue)
     return stats
 

@@ -117,6 +117,13 @@ def encoded_batches() -> Iterable[tuple[str, bytes]]:
     yield "abort marker", control_batch.build_marker(False, 5, 1, 0, _TS)
     yield "two batches", _batch() + commit
     yield "snappy xerial", _xerial_batch()
+    # Bodies inflating past the decompressor's first output buffer (64 KiB): it grows.
+    zeros: list[tuple[bytes | None, bytes | None]] = [(b"k", bytes(200_000))]
+    for compression in range(1, 5):
+        yield (
+            f"batch inflating to 200 kB, compression {compression}",
+            record_batch.build_batch(zeros, timestamp_ms=_TS, compression=compression),
+        )
 
 
 def _xerial_batch() -> bytes:
