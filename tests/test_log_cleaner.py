@@ -383,3 +383,44 @@ async def test_the_records_of_aborted_transactions_are_cleaned(tmp_path: Path) -
         }
         assert len(got) == 20
         nursery.cancel_scope.cancel()
+
+
+async def test_a_cleaning_interleaves_with_compaction_step_by_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One object per tick, and between the cleaner's steps the object compaction merges the
+    small objects (cleaned or not): each step finds its offsets in the manifest as it is."""
+    monkeypatch.setattr(cleaner_module, "STEP_BUDGET_S", 0.0)
+    url = f"file://{tmp_path / 'objects'}"
+    updates = 30 * KEYS
+    broker = MainBroker(_config(tmp_path / "wal", url))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker.run)
+        bootstrap = f"127.0.0.1:{port}"
+        await broker.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
+        for start in range(0, updates, updates // 6):  # several uploads, several objects
+            await trio.to_thread.run_sync(_produce, bootstrap, start, start + updates // 6)
+            await _wait_uploaded(broker, start + updates // 6)
+        tier = _tier(broker)
+        assert len(tier.manifests.manifest.keys()) >= 4
+        compactor = tier.compaction
+        tier.config.compaction_interval_s = 0.05
+        tier.config.compaction_max_object_bytes = 2 * max(
+            r.size for r in next(iter(tier.manifests.manifest.streams.values())).ranges
+        )  # merges of two objects at a time: several jobs, one per loop turn
+        compactor.next_due = 0.0
+        seen: list[int] = []  # the compactions done when each cleaner step began
+        step = tier.cleaner._step
+
+        async def recording_step(p: Any) -> None:
+            seen.append(compactor.compactions)
+            await step(p)
+
+        monkeypatch.setattr(tier.cleaner, "_step", recording_step)
+        await _clean(tier)
+        status = tier.cleaner.status()
+        assert status["cleanings"] >= 1 and status["failures"] == 0, status
+        assert len(set(seen)) >= 2, f"no compaction between the cleaner's steps: {seen}"
+        got = await trio.to_thread.run_sync(_consume, bootstrap)
+        _check_compacted(got, updates, updates)
+        nursery.cancel_scope.cancel()

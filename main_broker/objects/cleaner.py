@@ -7,6 +7,9 @@ the cleaner races one of an upload, a compaction or another cleaning on this mai
 has "compact", the clean and dirty sections of its objects (`cleanable_section`: the last
 stable offset, min/max.compaction.lag.ms) and publishes the dirty ratio; it cleans the partition
 whose need is greatest (a forced one first, then the highest ratio), then looks again at once.
+A cleaning goes one object per step, and each tick takes steps for at most `STEP_BUDGET_S`
+before the loop gets back to uploads and compaction, so a large partition does not hold up the
+WAL's uploads; each step finds its object by offset in the manifest as it is then.
 
 A cleaning of one partition:
 
@@ -66,7 +69,7 @@ from s3_commit.compaction import (
     collect_stream_batches,
     compacted_objects,
 )
-from s3_commit.manifest import Manifest, ObjectRange, StreamKey, new_object_id
+from s3_commit.manifest import Manifest, ObjectRange, StreamKey, StreamManifest, new_object_id
 from s3_commit.object_plan import UploadPlan, plan_upload
 from s3_commit.object_store import ObjectStoreError
 from s3_commit.offset_map import OffsetMap
@@ -78,6 +81,10 @@ if TYPE_CHECKING:
 __all__ = ["LogCleaner", "policy_of"]
 
 log = logging.getLogger("zonefleet.main_broker.cleaner")
+
+# A tick works on a cleaning this long (whole objects), then hands the loop back to uploads
+# and compaction: a partition of many objects does not hold up the WAL's uploads.
+STEP_BUDGET_S = 0.5
 
 
 def policy_of(config: EffectiveTopicConfig) -> CleaningPolicy:
@@ -102,6 +109,22 @@ class _Candidate:
     policy: CleaningPolicy
 
 
+@dataclass(slots=True)
+class _Pass:
+    """A cleaning under way: first the offset map over [first dirty, end), then the filter over
+    [log start, end); `next_offset` is where the next step starts."""
+
+    candidate: _Candidate
+    stream_id: int
+    aborted: list[tuple[int, int, int]]
+    now_ms: int
+    end: int
+    next_offset: int
+    started: float
+    cleaner: StreamCleaner | None = None  # None while the map is being built
+    replaced: int = 0
+
+
 class LogCleaner:
     def __init__(self, tier: ObjectTier) -> None:
         cfg = tier.config
@@ -114,6 +137,7 @@ class LogCleaner:
         self.checkpoints: dict[StreamKey, int] = {}
         self.checkpoints_loaded = False
         self.offset_map: OffsetMap | None = None
+        self._pass: _Pass | None = None
         self.stats = CleanStats()
         self.cleanings = 0
         self.abandoned = 0
@@ -130,38 +154,46 @@ class LogCleaner:
     # -- the tier's loop ---------------------------------------------------------------------
 
     async def tick(self, now: float) -> bool:
-        """Clean one partition when a look is due and one needs it; True when one was
-        cleaned and another may follow at once."""
-        if not self.enabled or now < self.next_due:
+        """Work on the cleaning under way for up to `STEP_BUDGET_S`, or start the one that is
+        needed most when a look is due; True while there is more to do at once."""
+        if not self.enabled or (self._pass is None and now < self.next_due):
             return False
-        ran = False
+        busy = False
         try:
-            ran = await self.clean_once()
+            busy = await self._work()
+        except CleaningAbandoned as exc:
+            self.abandoned += 1
+            log.info("log cleaning abandoned: %s", exc)
+            self._pass = None
+            busy = True  # look again at once: another partition, or this one afresh
         except Exception as exc:  # sources stay listed until a swap: nothing lost; retry
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("log cleaning failed: %s", exc)
-        self.next_due = now if ran else now + self.interval_s
-        if not ran:
+            self._pass = None
+        self.next_due = now if busy else now + self.interval_s
+        if not busy:
             self.done.set()
             self.done = trio.Event()
-        return ran
+        return busy
 
     def wake(self) -> None:
         """Look at once (tests, an operator)."""
         self.next_due = 0.0
 
-    async def clean_once(self) -> bool:
-        if not self.checkpoints_loaded:
-            await self._load_checkpoints()
-        candidate = self._choose(self.tier.manifests.manifest, int(time.time() * 1000))
-        if candidate is None:
-            return False
-        try:
-            await self.clean_partition(candidate)
-        except CleaningAbandoned as exc:
-            self.abandoned += 1
-            log.info("log cleaning of %s abandoned: %s", _name(candidate.plog), exc)
+    async def _work(self) -> bool:
+        if self._pass is None:
+            if not self.checkpoints_loaded:
+                await self._load_checkpoints()
+            candidate = self._choose(self.tier.manifests.manifest, int(time.time() * 1000))
+            if candidate is None:
+                return False
+            self._pass = self._start(candidate)
+        deadline = time.monotonic() + STEP_BUDGET_S
+        while self._pass is not None:
+            await self._step(self._pass)
+            if time.monotonic() >= deadline:
+                break
         return True
 
     def _choose(self, manifest: Manifest, now_ms: int) -> _Candidate | None:
@@ -194,69 +226,97 @@ class LogCleaner:
             del self.ratios[key]
         return best
 
-    # -- one cleaning ------------------------------------------------------------------------
+    # -- one cleaning, a step (one object) at a time -----------------------------------------
 
-    async def clean_partition(self, candidate: _Candidate) -> None:
-        plog, key, section = candidate.plog, candidate.key, candidate.section
-        stream_id = plog.stream_id
-        now_ms = int(time.time() * 1000)
-        aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in plog.txns.aborted]
+    def _start(self, candidate: _Candidate) -> _Pass:
+        plog = candidate.plog
         if self.offset_map is None:
             self.offset_map = OffsetMap(self.budget_bytes)
-        offset_map = self.offset_map
-        offset_map.clear()
-        started = time.monotonic()
-        end = section.end
-        for rng in section.ranges:
-            if rng.end <= section.first_dirty:
-                continue
-            batches = await self._stream_batches(rng, key, stream_id)
+        self.offset_map.clear()
+        return _Pass(
+            candidate,
+            plog.stream_id,
+            [(a.producer_id, a.first_offset, a.last_offset) for a in plog.txns.aborted],
+            int(time.time() * 1000),
+            candidate.section.end,
+            candidate.section.first_dirty,
+            time.monotonic(),
+        )
+
+    async def _step(self, p: _Pass) -> None:
+        """One object of the pass. Each step looks the next offset up in the manifest as it is
+        now, so a compaction or retention swap between steps changes which object holds it,
+        never which offsets a step covers."""
+        plog, key = p.candidate.plog, p.candidate.key
+        if plog.fenced or not plog.owned:
+            # Being moved away: its new leader adopts the ranges as they are listed now.
+            raise CleaningAbandoned(f"{_name(plog)} is moving to another main")
+        stream = self.tier.manifests.manifest.streams.get(key)
+        if stream is None:
+            raise CleaningAbandoned(f"{_name(plog)} has no objects any more")
+        rng = stream.find(p.next_offset)
+        if p.cleaner is None:  # building the offset map over the dirty section
+            if rng is None or rng.start >= p.end:
+                self._begin_filtering(p, stream)
+                return
+            assert self.offset_map is not None
+            batches = await self._stream_batches(rng, key, p.stream_id)
             result = await trio.to_thread.run_sync(
                 build_offset_map,
                 batches,
-                offset_map,
-                max(section.first_dirty, rng.start),
-                section.end,
-                aborted,
+                self.offset_map,
+                max(p.next_offset, rng.start),
+                p.end,
+                p.aborted,
             )
             if result.full:
-                end = result.end
-                break
-        if end <= section.first_dirty:
+                p.end = result.end
+                self._begin_filtering(p, stream)
+            else:
+                p.next_offset = rng.end
+            return
+        if rng is None or rng.start >= p.end:
+            await self._finish(p)
+            return
+        p.replaced += await self._rewrite(rng, key, p.stream_id, p.cleaner)
+        p.next_offset = rng.end
+
+    def _begin_filtering(self, p: _Pass, stream: StreamManifest) -> None:
+        assert self.offset_map is not None
+        if p.end <= p.candidate.section.first_dirty:
             raise ValueError(
-                f"{_name(plog)}: the batch at {end} holds more keys than the offset map's "
-                f"{offset_map.capacity} (log_cleaner_dedupe_buffer_bytes)"
+                f"{_name(p.candidate.plog)}: the batch at {p.end} holds more keys than the "
+                f"offset map's {self.offset_map.capacity} (log_cleaner_dedupe_buffer_bytes)"
             )
-        cleaner = StreamCleaner(
-            offset_map, end, now_ms, candidate.policy.delete_retention_ms, aborted
+        p.cleaner = StreamCleaner(
+            self.offset_map, p.end, p.now_ms, p.candidate.policy.delete_retention_ms, p.aborted
         )
-        replaced = 0
-        for rng in section.ranges:
-            if rng.start >= end:
-                break
-            if plog.fenced or not plog.owned:
-                # Being moved away: its new leader adopts the ranges as they are listed now.
-                raise CleaningAbandoned("the partition is moving to another main")
-            replaced += await self._rewrite(rng, key, stream_id, cleaner)
-        self.checkpoints[key] = end
+        p.next_offset = stream.start_offset
+
+    async def _finish(self, p: _Pass) -> None:
+        cleaner = p.cleaner
+        assert cleaner is not None and self.offset_map is not None
+        section = p.candidate.section
+        self._pass = None
+        self.checkpoints[p.candidate.key] = p.end
         await self._save_checkpoints()
         self.stats.add(cleaner.stats)
         self.cleanings += 1
         self.last_error = None
         stats = cleaner.stats
         self.last_cleaning = {
-            "partition": _name(plog),
+            "partition": _name(p.candidate.plog),
             "start": section.log_start,
             "first_dirty": section.first_dirty,
-            "end": end,
+            "end": p.end,
             "dirty_ratio": round(section.dirty_ratio, 4),
-            "map_entries": len(offset_map),
+            "map_entries": len(self.offset_map),
             "records_read": stats.records_read,
             "records_removed": stats.records_removed,
             "bytes_read": stats.bytes_read,
             "bytes_written": stats.bytes_written,
-            "objects_replaced": replaced,
-            "seconds": round(time.monotonic() - started, 3),
+            "objects_replaced": p.replaced,
+            "seconds": round(time.monotonic() - p.started, 3),
         }
         self.cleaned.set()
         self.cleaned = trio.Event()
