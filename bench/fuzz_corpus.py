@@ -351,8 +351,9 @@ _CLIENTS = textwrap.dedent(
 )
 
 
-def capture(seconds: float = 120.0) -> list[tuple[int, bytes]]:
-    """(local port, frame) of every frame a lone main reads while the clients run."""
+def capture(zones: int, seconds: float = 120.0) -> list[tuple[int, bytes]]:
+    """(local port, frame) of every frame the fleet's nodes read while the clients run: a
+    lone main, or with `zones` > 1 mains and zone proxies, whose internal RPC is captured."""
     from tests.fleet_process import FleetProcess
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -362,7 +363,8 @@ def capture(seconds: float = 120.0) -> list[tuple[int, bytes]]:
         out = Path(tmp) / "frames.txt"
         os.environ["ZF_FUZZ_CAPTURE"] = str(out)
         os.environ["PYTHONPATH"] = f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-        fleet = FleetProcess(Path(tmp) / "data").start()
+        extra = ["--zones", str(zones)]
+        fleet = FleetProcess(Path(tmp) / "data", extra=extra).start()
         try:
             subprocess.run(
                 [sys.executable, "-c", _CLIENTS, fleet.bootstrap], timeout=seconds, check=False
@@ -388,7 +390,9 @@ def _captured_entries(frames: list[tuple[int, bytes]]) -> tuple[list[Any], list[
         except Exception:
             msg = None
         if isinstance(msg, dict) and isinstance(msg.get("t"), str):
-            kind = f"{msg['t']} {msg.get('m', '')}"
+            payload = msg.get("p", msg.get("r", msg.get("d")))
+            shape = sorted(map(str, payload)) if isinstance(payload, dict) else type(payload)
+            kind = f"{msg['t']} {msg.get('m', '')} {shape}"
             rpc.setdefault(kind, bytes(frame[4:]))
             continue
         try:
@@ -416,13 +420,13 @@ def _captured_entries(frames: list[tuple[int, bytes]]) -> tuple[list[Any], list[
     )
 
 
-def build(with_capture: bool) -> dict[str, list[dict[str, str]]]:
+def build(with_capture: bool, zones: int = 1) -> dict[str, list[dict[str, str]]]:
     requests = [_entry(n, f) for n, f in encoded_requests()]
     requests += [_entry(n, f) for n, f in encoded_produce()]
     batches = [_entry(n, b) for n, b in encoded_batches()]
     rpc_bodies = [_entry(n, msgpack.packb(msg, use_bin_type=True)) for n, msg in rpc_messages()]
     if with_capture:
-        cap_requests, cap_batches, cap_rpc = _captured_entries(capture())
+        cap_requests, cap_batches, cap_rpc = _captured_entries(capture(zones))
         print(
             f"captured {len(cap_requests)} requests, {len(cap_batches)} batches, "
             f"{len(cap_rpc)} rpc messages",
@@ -467,10 +471,11 @@ def build(with_capture: bool) -> dict[str, list[dict[str, str]]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--capture", action="store_true", help="also run real clients")
+    parser.add_argument("--zones", type=int, default=1, help="fleet zones when capturing")
     parser.add_argument("--out", type=Path, default=CORPUS_DIR)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for target, inputs in build(args.capture).items():
+    for target, inputs in build(args.capture, args.zones).items():
         path = args.out / f"{target}.json"
         doc = {"target": target, "built_by": "bench/fuzz_corpus.py", "inputs": inputs}
         path.write_text(json.dumps(doc, indent=0) + "\n")
