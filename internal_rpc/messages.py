@@ -13,7 +13,8 @@ Confirm (proxy -> the partition's main, method ``confirm``): `ConfirmParams` in,
 Relay (proxy -> a main, method ``relay``): `RelayParams` in, `RelayResult` out.
 Metadata poke (main -> main, method ``meta_changed``): `MetaChanged` in, `MetaChanged` out.
 Transaction markers (coordinator main -> leader main, method ``write_txn_markers``):
-`WriteTxnMarkers` in, `WriteTxnMarkersResult` out.
+`WriteTxnMarkers` in, `WriteTxnMarkersResult` out. A transaction's partitions and groups
+(coordinator main -> leader main, method ``allow_txn``): `AllowTxn` in, `AllowTxnResult` out.
 The state stream's frames (main -> each proxy) are in `internal_rpc.state_frames`.
 """
 
@@ -30,7 +31,10 @@ __all__ = [
     "CONFIRM_VERSION",
     "META_CHANGED_VERSION",
     "RELAY_VERSION",
+    "TXN_ALLOW_VERSION",
     "TXN_MARKERS_VERSION",
+    "AllowTxn",
+    "AllowTxnResult",
     "BatchSummary",
     "ConfirmParams",
     "ConfirmPart",
@@ -54,6 +58,7 @@ CONFIRM_RESULT_VERSION: Final = 1
 RELAY_VERSION: Final = 1
 META_CHANGED_VERSION: Final = 1
 TXN_MARKERS_VERSION: Final = 1
+TXN_ALLOW_VERSION: Final = 1
 _DEFAULT_PRODUCE_VERSION: Final = 9
 _DEFAULT_TIMEOUT_MS: Final = 30_000
 
@@ -515,3 +520,49 @@ class WriteTxnMarkersResult:
         _version(result, "write_txn_markers result", TXN_MARKERS_VERSION)
         rows = _list(result.get("results"), "write_txn_markers result.results")
         return cls(tuple(TxnMarkerResult.from_wire(r, f"results[{i}]") for i, r in enumerate(rows)))
+
+
+@dataclass(frozen=True, slots=True)
+class AllowTxn:
+    """Coordinator main -> partition leader or group coordinator main (method
+    ``allow_txn``): the producer's transaction at this epoch now holds these partitions and
+    these groups' offsets, so its first batch (or TxnOffsetCommit) there may open it.
+    KIP-890's verification, pushed by the coordinator before it answers AddPartitionsToTxn
+    or AddOffsetsToTxn. The answer is a `AllowTxnResult`."""
+
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+    groups: tuple[str, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        marker = TxnMarker(self.producer_id, self.producer_epoch, True, 0, self.partitions,
+                           self.groups)  # fmt: skip
+        row = marker.to_wire()
+        return {"mv": TXN_ALLOW_VERSION, "pid": row[0], "pe": row[1], "parts": row[4],
+                "groups": row[5]}  # fmt: skip
+
+    @classmethod
+    def from_wire(cls, msg: object) -> AllowTxn:
+        params = _map(msg, "allow_txn")
+        _version(params, "allow_txn", TXN_ALLOW_VERSION)
+        row = [params.get("pid"), params.get("pe"), True, 0, params.get("parts"),
+               params.get("groups")]  # fmt: skip
+        marker = TxnMarker.from_wire(row, "allow_txn")
+        return cls(marker.producer_id, marker.producer_epoch, marker.partitions, marker.groups)
+
+
+@dataclass(frozen=True, slots=True)
+class AllowTxnResult:
+    """The error code of each partition and group of an `AllowTxn`."""
+
+    result: TxnMarkerResult
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": TXN_ALLOW_VERSION, "result": self.result.to_wire()}
+
+    @classmethod
+    def from_wire(cls, msg: object) -> AllowTxnResult:
+        params = _map(msg, "allow_txn result")
+        _version(params, "allow_txn result", TXN_ALLOW_VERSION)
+        return cls(TxnMarkerResult.from_wire(params.get("result"), "allow_txn result"))

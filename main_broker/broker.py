@@ -16,7 +16,13 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcPeer, RpcServer
-from internal_rpc.messages import MetaChanged, RelayParams, RelayResult, WriteTxnMarkers
+from internal_rpc.messages import (
+    AllowTxn,
+    MetaChanged,
+    RelayParams,
+    RelayResult,
+    WriteTxnMarkers,
+)
 from kafka_wire.codec import (
     KIO_VERSION_RANGES,
     MalformedRequest,
@@ -67,7 +73,7 @@ from main_broker.request import RequestContext
 from main_broker.security.state import SecurityState
 from main_broker.state_stream import publish_state
 from main_broker.txn.coordinator import TxnCoordinator
-from main_broker.txn.markers import write_markers
+from main_broker.txn.markers import allow, write_markers
 from shared_wal import WalReader, WalWriter, open_wal_fs
 from telemetry import UNKNOWN_ZONE, BrokerMetrics, MetricsRegistry
 
@@ -330,6 +336,7 @@ class MainBroker:
                 "relay": self._rpc_relay,
                 "meta_changed": self._rpc_meta_changed,
                 "write_txn_markers": self._rpc_write_txn_markers,
+                "allow_txn": self._rpc_allow_txn,
             },
             {"state": self._rpc_state},
             meter=self.traffic.rpc,
@@ -342,6 +349,9 @@ class MainBroker:
     async def _rpc_write_txn_markers(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         result = await write_markers(self, WriteTxnMarkers.from_wire(params))
         return result.to_wire()
+
+    async def _rpc_allow_txn(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
+        return allow(self, AllowTxn.from_wire(params)).to_wire()
 
     async def _allocate_producer_id(self) -> int:
         return self.cluster.producer_id(await self.store.allocate_producer_id())

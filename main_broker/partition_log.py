@@ -170,11 +170,20 @@ class PartitionLog:
         check = self.producers.check(
             batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
         )
-        if (
-            check.verdict is Verdict.APPEND
-            and not batch.is_transactional
-            and self.txns.is_open(batch.producer_id)
-        ):
+        if check.verdict is not Verdict.APPEND:
+            return check
+        # The one check a transaction adds to the hot path: membership.
+        is_open = self.txns.is_open(batch.producer_id)
+        if batch.is_transactional:
+            if not is_open and not self.txns.may_open(batch.producer_id, batch.producer_epoch):
+                return CheckResult(
+                    Verdict.REJECT,
+                    ErrorCode.invalid_txn_state,
+                    f"{self.topic}-{self.partition} is not in a transaction of producer "
+                    f"{batch.producer_id} at epoch {batch.producer_epoch} (AddPartitionsToTxn "
+                    "first; a batch after its transaction ended is refused)",
+                )
+        elif is_open:
             return CheckResult(
                 Verdict.REJECT,
                 ErrorCode.invalid_txn_state,

@@ -24,9 +24,14 @@ class AbortedTxn(NamedTuple):
 
 
 class PartitionTxns:
-    __slots__ = ("_aborted", "_open")
+    __slots__ = ("_aborted", "_allowed", "_open")
 
     def __init__(self) -> None:
+        # producer id -> the epoch its coordinator said may open a transaction here
+        # (KIP-890's verification, pushed: main_broker/txn/markers.py `allow`). Memory only:
+        # after a restart or a move a producer's first transactional batch is refused until
+        # its coordinator adds the partition again, and the client aborts and retries.
+        self._allowed: dict[int, int] = {}
         # producer id -> first offset of its open transaction; dicts keep insertion order,
         # so the first value is the oldest (offsets are assigned in order).
         self._open: dict[int, int] = {}
@@ -37,6 +42,16 @@ class PartitionTxns:
     def is_open(self, producer_id: int) -> bool:
         return producer_id in self._open
 
+    def allow(self, producer_id: int, epoch: int) -> None:
+        """The coordinator added this partition to the producer's transaction at `epoch`."""
+        self._allowed[producer_id] = epoch
+
+    def may_open(self, producer_id: int, epoch: int) -> bool:
+        """Whether a transactional batch may open a transaction: its coordinator added the
+        partition at this epoch (a batch that comes after its transaction's marker, a retry
+        or a zombie's, would otherwise open one nobody ends and hold the LSO for ever)."""
+        return self._allowed.get(producer_id) == epoch
+
     def on_transactional_batch(self, producer_id: int, base_offset: int) -> None:
         """A transactional data batch at `base_offset`: it opens the producer's transaction
         unless one is open already."""
@@ -46,6 +61,7 @@ class PartitionTxns:
         """The producer's marker at `marker_offset` closes its open transaction; returns the
         aborted transaction it records, if any (an ABORT with records before it)."""
         first = self._open.pop(producer_id, None)
+        self._allowed.pop(producer_id, None)
         if commit or first is None:
             return None
         aborted = AbortedTxn(producer_id, first, marker_offset)

@@ -178,17 +178,24 @@ def test_admission_is_one_rule_with_kafkas_order() -> None:
 
 def test_a_transactional_batch_opens_a_transaction_that_holds_back_the_last_stable_offset() -> None:
     node = Node()
-    node.topic()
+    plog = node.topic()
     records = _records(1, pid=3, epoch=0, seq=0)
     info = parse_batch_header(records)
     info.attributes |= 0x10
+    # Until its coordinator added the partition to the transaction, the batch is refused.
+    refused_first = node.appender().decide(
+        "t", 0, acks=-1, records_size=len(records), now_ms=NOW, api_version=9, batch=info,
+        prepared=PREPARED,
+    )  # fmt: skip
+    assert isinstance(refused_first, Refusal)
+    assert refused_first.error_code == ErrorCode.invalid_txn_state
+    plog.txns.allow(3, 0)
     decision = node.appender().decide(
         "t", 0, acks=-1, records_size=len(records), now_ms=NOW, api_version=9, batch=info,
         prepared=PREPARED,
     )  # fmt: skip
     assert isinstance(decision, Appended)
     assert decision.intent.transactional
-    plog = decision.intent.plog
     plog.mark_durable(decision.intent.entry, PREPARED)
     assert plog.high_watermark == 1
     assert plog.last_stable_offset == 0

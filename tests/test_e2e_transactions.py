@@ -332,8 +332,25 @@ def test_bad_transactional_input_is_refused(fleet: FleetProcess) -> None:
         # A marker (a control batch) in a client's Produce is refused.
         marker = build_marker(True, pid, epoch, 0, int(time.time() * 1000))
         assert _produce(raw, topic, marker, tid) == ErrorCode.invalid_record
-        # The producer's transactional batch is taken; then its plain one is refused while
+        # A transactional batch for a partition not added to the transaction is refused
+        # (KIP-890's check: it would open a transaction nobody ends)...
+        assert _produce(raw, topic, _txn_batch(pid, epoch, 0, [b"t"]), tid) == (
+            ErrorCode.invalid_txn_state
+        )
+        # ... and taken once it is added; then the producer's plain batch is refused while
         # the transaction is open.
+        added = raw.request(
+            ADD_PARTITIONS,
+            3,
+            {
+                "v3_and_below_transactional_id": tid,
+                "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [{"name": topic, "partitions": [0]}],
+            },
+        )
+        [result] = added.results_by_topic_v3_and_below
+        assert result.results_by_partition[0].partition_error_code == ErrorCode.none
         assert _produce(raw, topic, _txn_batch(pid, epoch, 0, [b"t"]), tid) == ErrorCode.none
         plain = build_batch(
             [(None, b"p")],

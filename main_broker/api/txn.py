@@ -76,8 +76,12 @@ async def _add_partitions(
     if unknown:
         # As Kafka: nothing is added; the unknown partitions say why, the rest were not tried.
         return {tp: _UNKNOWN if tp[0] in unknown else _NOT_ATTEMPTED for tp in wanted}
-    code = await broker.txn.add_partitions(tid, pid, epoch, frozenset(wanted))
-    return dict.fromkeys(wanted, code)
+    code, missed = await broker.txn.add_partitions(tid, pid, epoch, frozenset(wanted))
+    codes = dict.fromkeys(wanted, code)
+    for tp in missed:
+        # Its leader was not told of the transaction (unreachable, or it moved): retriable.
+        codes[tp] = ErrorCode.concurrent_transactions
+    return codes
 
 
 async def add_partitions_to_txn(
@@ -122,7 +126,7 @@ async def add_offsets_to_txn(
     elif not req.group_id:
         code = ErrorCode.invalid_group_id
     else:
-        code = await broker.txn.add_partitions(
+        code, _ = await broker.txn.add_partitions(
             req.transactional_id,
             req.producer_id,
             req.producer_epoch,
@@ -162,6 +166,12 @@ async def txn_offset_commit(
                 metadata = p.committed_metadata or ""
                 offsets.append((topic.name, p.partition_index, p.committed_offset, epoch, metadata))
     error = _txn_commit_error(broker, req)
+    if error is None and not broker.txn_offsets.may_commit(
+        req.group_id, req.producer_id, req.producer_epoch
+    ):
+        # AddOffsetsToTxn first (or the transaction already ended): offsets that would wait
+        # for a marker that never comes are refused.
+        error = ErrorCode.invalid_txn_state
     if error is not None:
         codes = dict.fromkeys(codes, error)
     elif offsets:

@@ -43,6 +43,20 @@ class PendingTxnOffsets:
         self._table = table
         self._metadata_max_bytes = metadata_max_bytes
         self._pending: dict[str, dict[int, dict[tuple[str, int], OffsetTuple]]] = {}
+        # (group, producer id) -> the epoch whose coordinator added the group's offsets to its
+        # transaction (AddOffsetsToTxn; main_broker/txn/markers.py `allow`). Memory only, as
+        # a partition's (main_broker/partition_txns.py).
+        self._allowed: dict[tuple[str, int], int] = {}
+
+    def allow(self, group_id: str, producer_id: int, epoch: int) -> None:
+        self._allowed[(group_id, producer_id)] = epoch
+
+    def may_commit(self, group_id: str, producer_id: int, epoch: int) -> bool:
+        """Whether a TxnOffsetCommit of this producer may add offsets: its coordinator added
+        the group at this epoch, or its transaction has offsets pending here already."""
+        if producer_id in self._pending.get(group_id, {}):
+            return True
+        return self._allowed.get((group_id, producer_id)) == epoch
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -60,6 +74,7 @@ class PendingTxnOffsets:
 
     async def complete(self, group_id: str, producer_id: int, commit: bool) -> None:
         """The producer's transaction ended: commit or drop its offsets for the group."""
+        self._allowed.pop((group_id, producer_id), None)
         pending = self._pending.get(group_id, {}).get(producer_id)
         if pending is None:
             return  # a marker sent again after a completion that was durable

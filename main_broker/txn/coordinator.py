@@ -21,19 +21,21 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
 from internal_rpc import RpcError
 from internal_rpc.messages import (
+    AllowTxn,
+    AllowTxnResult,
     MalformedMessage,
     TxnMarker,
     WriteTxnMarkers,
     WriteTxnMarkersResult,
 )
 from kafka_wire.errors import ErrorCode
-from main_broker.txn.markers import TxnHost, write_markers
+from main_broker.txn.markers import TxnHost, allow, write_markers
 from main_broker.txn.state import NeedProducerId, TxnCoordinatorState, TxnMetadata, TxnState
 from shared_wal import AppendTicket, RecordType, WalError
 
@@ -52,6 +54,11 @@ _DONE |= {int(ErrorCode.invalid_producer_epoch)}
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class Missed(NamedTuple):
+    partitions: frozenset[tuple[str, int]]
+    groups: frozenset[str]
 
 
 class InitResult:
@@ -143,17 +150,88 @@ class TxnCoordinator:
         epoch: int,
         partitions: frozenset[tuple[str, int]],
         groups: frozenset[str] = frozenset(),
-    ) -> ErrorCode:
+    ) -> tuple[ErrorCode, frozenset[tuple[str, int]]]:
+        """The answer, and the partitions whose leaders could not be told (answered
+        CONCURRENT_TRANSACTIONS: the client retries; a group not told fails the whole
+        AddOffsetsToTxn that way)."""
         if not self.owns(tid):
-            return ErrorCode.not_coordinator
+            return ErrorCode.not_coordinator, frozenset()
         async with self._lock(tid):
             decided = self.state.add_partitions(tid, pid, epoch, partitions, groups, now_ms())
             if isinstance(decided, ErrorCode):
-                return decided
+                return decided, frozenset()
             if decided is not self.state.get(tid):
                 await self._persist(decided)
                 self._wake.set()  # a new deadline
-            return ErrorCode.none
+            # Every time, not only for what is new: a retry after a leader was not reachable
+            # must tell it, and telling twice is harmless.
+            missed = await self._allow(decided, partitions, groups)
+            if groups & missed.groups:
+                return ErrorCode.concurrent_transactions, frozenset()
+            return ErrorCode.none, missed.partitions
+
+    async def _allow(
+        self, meta: TxnMetadata, partitions: frozenset[tuple[str, int]], groups: frozenset[str]
+    ) -> Missed:
+        """Tell each leader and group coordinator that this transaction holds its partitions
+        and groups; returns those that could not be told."""
+        host = self.host
+        by_node: dict[int, tuple[list[tuple[str, int]], list[str]]] = {}
+        missed_parts: set[tuple[str, int]] = set()
+        missed_groups: set[str] = set()
+        for topic, index in sorted(partitions):
+            plog = host.store.partition(topic, index)
+            if plog is None:
+                missed_parts.add((topic, index))
+                continue
+            node = host.node_id if plog.owned else plog.leader_id
+            assert node is not None
+            by_node.setdefault(node, ([], []))[0].append((topic, index))
+        for group_id in sorted(groups):
+            node = host.cluster.coordinator_for(group_id).node_id
+            by_node.setdefault(node, ([], []))[1].append(group_id)
+
+        async def tell(node: int, parts: list[tuple[str, int]], gids: list[str]) -> None:
+            request = AllowTxn(meta.producer_id, meta.producer_epoch, tuple(parts), tuple(gids))
+            result = await self._send_allow(node, request)
+            if result is None:
+                missed_parts.update(parts)
+                missed_groups.update(gids)
+                return
+            for topic, index, code in result.result.partitions:
+                if code != ErrorCode.none:
+                    missed_parts.add((topic, index))
+            for group_id, code in result.result.groups:
+                if code != ErrorCode.none:
+                    missed_groups.add(group_id)
+
+        async with trio.open_nursery() as nursery:
+            for node, (parts, gids) in by_node.items():
+                nursery.start_soon(tell, node, parts, gids)
+        if missed_parts or missed_groups:
+            log.info(
+                "transaction %s: %d partitions and %d groups not told of it yet",
+                meta.transactional_id,
+                len(missed_parts),
+                len(missed_groups),
+            )
+            self.host.cluster.poke()  # a leader may have moved: re-read the document
+        return Missed(frozenset(missed_parts), frozenset(missed_groups))
+
+    async def _send_allow(self, node: int, request: AllowTxn) -> AllowTxnResult | None:
+        if node == self.host.node_id:
+            return allow(self.host, request)
+        rpc = self.host.cluster.peer_rpc(node)
+        if rpc is None:
+            return None
+        try:
+            reply = await rpc.call(
+                "allow_txn", request.to_wire(), timeout=MARKER_RPC_TIMEOUT_S, retries=1
+            )
+            return AllowTxnResult.from_wire(reply)
+        except (RpcError, MalformedMessage) as exc:
+            log.info("main %d was not told of a transaction: %s", node, exc)
+            return None
 
     def verify_partitions(
         self, tid: str, pid: int, epoch: int, partitions: frozenset[tuple[str, int]]

@@ -1,5 +1,7 @@
 """WriteTxnMarkers on the receiving main: append each marker to the partitions it leads and
-complete the transactional offsets of the groups it coordinates.
+complete the transactional offsets of the groups it coordinates. And `allow`: the partitions
+and groups a transaction now holds, which a producer's batch or TxnOffsetCommit needs before
+it may open the transaction there (KIP-890's verification, pushed by the coordinator).
 
 A coordinator main calls `write_markers` directly for its own partitions and groups, and
 over the internal RPC (`write_txn_markers`, internal_rpc.messages.WriteTxnMarkers) for
@@ -15,7 +17,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from internal_rpc.messages import TxnMarkerResult, WriteTxnMarkers, WriteTxnMarkersResult
+from internal_rpc.messages import (
+    AllowTxn,
+    AllowTxnResult,
+    TxnMarkerResult,
+    WriteTxnMarkers,
+    WriteTxnMarkersResult,
+)
 from kafka_wire.errors import ErrorCode
 from main_broker.partition_log import PartitionLog, leader_error
 from shared_wal import WalError
@@ -99,3 +107,24 @@ async def write_markers(host: TxnHost, request: WriteTxnMarkers) -> WriteTxnMark
         results.append(TxnMarkerResult(tuple(codes), tuple(groups)))
         await trio.lowlevel.checkpoint()
     return WriteTxnMarkersResult(tuple(results))
+
+
+def allow(host: TxnHost, request: AllowTxn) -> AllowTxnResult:
+    """Record that the producer's transaction at this epoch holds these partitions (led
+    here) and groups (coordinated here). Synchronous: no record, nothing to wait for."""
+    codes = []
+    for topic, index in request.partitions:
+        plog = host.store.partition(topic, index)
+        error = leader_error(plog)
+        if error is None and plog is not None:
+            plog.txns.allow(request.producer_id, request.producer_epoch)
+        codes.append((topic, index, int(error or ErrorCode.none)))
+    groups = []
+    for group_id in request.groups:
+        code = ErrorCode.none
+        if host.cluster.owns_group(group_id):
+            host.txn_offsets.allow(group_id, request.producer_id, request.producer_epoch)
+        else:
+            code = ErrorCode.not_coordinator
+        groups.append((group_id, int(code)))
+    return AllowTxnResult(TxnMarkerResult(tuple(codes), tuple(groups)))
