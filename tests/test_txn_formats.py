@@ -19,6 +19,8 @@ from internal_rpc.messages import (
     TxnMarker,
     TxnMarkerResult,
     UnsupportedMessageVersion,
+    AllowTxn,
+    AllowTxnResult,
     WriteTxnMarkers,
     WriteTxnMarkersResult,
 )
@@ -323,6 +325,38 @@ def test_write_txn_markers_of_a_newer_version_are_refused() -> None:
         WriteTxnMarkersResult.from_wire({"mv": 1, "results": [[[["t", 0]], []]]})
 
 
+# -- internal RPC: allow_txn ----------------------------------------------------------------------
+
+ALLOW = AllowTxn(4000, 3, (("orders", 0),), ("g1",))
+ALLOW_GOLDEN = (
+    "85"
+    "a26d7601"  # "mv": 1
+    "a3706964cd0fa0"  # "pid": 4000
+    "a2706503"  # "pe": 3
+    "a570617274739192a66f726465727300"  # "parts": [["orders", 0]]
+    "a667726f75707391a26731"  # "groups": ["g1"]
+)
+ALLOW_RESULT = AllowTxnResult(TxnMarkerResult((("orders", 0, 0),), (("g1", 16),)))
+ALLOW_RESULT_GOLDEN = (
+    "82"
+    "a26d7601"  # "mv": 1
+    "a6726573756c74"  # "result":
+    "929193a66f726465727300009192a2673110"  # [[["orders", 0, 0]], [["g1", 16]]]
+)
+
+
+def test_golden_allow_txn() -> None:
+    assert _hex(ALLOW.to_wire()) == ALLOW_GOLDEN
+    assert AllowTxn.from_wire(msgpack.unpackb(bytes.fromhex(ALLOW_GOLDEN))) == ALLOW
+    assert _hex(ALLOW_RESULT.to_wire()) == ALLOW_RESULT_GOLDEN
+    decoded = AllowTxnResult.from_wire(msgpack.unpackb(bytes.fromhex(ALLOW_RESULT_GOLDEN)))
+    assert decoded == ALLOW_RESULT
+    with pytest.raises(UnsupportedMessageVersion):
+        AllowTxn.from_wire({"mv": 2})
+    with pytest.raises(MalformedMessage, match="allow_txn"):
+        AllowTxn.from_wire({"mv": 1, "pid": "x", "pe": 0, "parts": [], "groups": []})
+
+
 # -- the state stream's txns ---------------------------------------------------------------------
 
 TXNS_FRAME = StateFrame(
@@ -387,6 +421,8 @@ def test_the_control_batch_in_the_docs() -> None:
         PARTITION_SNAPSHOT_GOLDEN,
         MARKERS_GOLDEN,
         RESULTS_GOLDEN,
+        ALLOW_GOLDEN,
+        ALLOW_RESULT_GOLDEN,
         TXNS_FRAME_GOLDEN,
     ],
 )
