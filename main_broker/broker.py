@@ -238,6 +238,7 @@ class MainBroker:
             store, self.coordinator.offsets, cfg.groups.offset_metadata_max_bytes
         )
         store.register(self.txn_offsets)
+        self.coordinator.unstable_offsets = self.txn_offsets.unstable_partitions
         self.txn = TxnCoordinator(self, cfg.transaction_max_timeout_ms, self._allocate_producer_id)
         store.register(self.txn)
         if cfg.object_store_url is not None:

@@ -473,3 +473,80 @@ def test_aborted_transactions_survive_uploads_and_kill_9(tmp_path: Path) -> None
         assert _read(bootstrap, topic, 1, "read_committed", len(committed)) == committed
     finally:
         node.stop()
+
+
+def test_offsets_of_an_open_transaction_are_unstable_until_it_commits(
+    fleet: FleetProcess,
+) -> None:
+    topic = _topic()
+    create_topic(fleet.bootstrap, topic, partitions=1)
+    tid, group = f"tid-{topic}", f"group-{topic}"
+    raw = RawKafka(fleet.bootstrap)
+
+    def fetch(require_stable: bool) -> tuple[int, int]:
+        resp = raw.request(
+            9,
+            7,
+            {
+                "group_id": group,
+                "topics": [{"name": topic, "partition_indexes": [0]}],
+                "require_stable": require_stable,
+            },
+        )
+        part = resp.topics[0].partitions[0]
+        return int(part.error_code), int(part.committed_offset)
+
+    def commit_offsets(pid: int, epoch: int) -> ErrorCode:
+        resp = raw.request(
+            TXN_OFFSET_COMMIT,
+            3,
+            {
+                "transactional_id": tid,
+                "group_id": group,
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "generation_id": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {
+                                "partition_index": 0,
+                                "committed_offset": 42,
+                                "committed_leader_epoch": -1,
+                                "committed_metadata": None,
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
+        return ErrorCode(resp.topics[0].partitions[0].error_code)
+
+    try:
+        code, pid, epoch = _init(raw, tid)
+        assert code == ErrorCode.none
+        # Offsets of a transaction that did not add the group first are refused.
+        assert commit_offsets(pid, epoch) == ErrorCode.invalid_txn_state
+        added = raw.request(
+            25,
+            3,
+            {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+             "group_id": group},
+        )  # fmt: skip
+        assert added.error_code == ErrorCode.none
+        assert commit_offsets(pid, epoch) == ErrorCode.none
+        assert fetch(require_stable=True) == (ErrorCode.unstable_offset_commit, -1)
+        assert fetch(require_stable=False) == (ErrorCode.none, -1)  # not committed yet
+        end = raw.request(
+            END_TXN,
+            3,
+            {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+             "committed": True},
+        )  # fmt: skip
+        assert end.error_code == ErrorCode.none
+        assert fetch(require_stable=True) == (ErrorCode.none, 42)
+    finally:
+        raw.close()

@@ -33,6 +33,7 @@ CONSUMER_GROUP_DESCRIBE = 69
 GROUP_API_KEYS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
 
 UNKNOWN_TOPIC_ID = int(ErrorCode.unknown_topic_id)
+UNSTABLE_OFFSET_COMMIT = int(ErrorCode.unstable_offset_commit)
 UNSUPPORTED_VERSION = int(ErrorCode.unsupported_version)
 NONE = int(ErrorCode.none)
 
@@ -253,9 +254,20 @@ def _fetch_topics(topics: Any, coordinator: GroupCoordinator) -> tuple[Any, list
     return out, unresolved
 
 
-def _fetch_group(group_id: str, topics: Any, coordinator: GroupCoordinator) -> dict[str, Any]:
+def _fetch_group(
+    group_id: str, topics: Any, coordinator: GroupCoordinator, require_stable: bool = False
+) -> dict[str, Any]:
     wanted, unresolved = _fetch_topics(topics, coordinator)
     resp = coordinator.fetch_offsets(group_id, wanted)
+    unstable = coordinator.unstable_offsets(group_id) if require_stable else set()
+    if unstable:
+        # KIP-447: offsets an open transaction will commit are not given out yet (the
+        # consumer retries), so a new member does not start from offsets about to change.
+        for t in resp["topics"]:
+            for p in t["partitions"]:
+                if (t["name"], p["partition_index"]) in unstable:
+                    p["error_code"] = UNSTABLE_OFFSET_COMMIT
+                    p["committed_offset"] = -1
     id_for_name = _resolver(coordinator, "topic_id_for_name")
     for t in resp["topics"]:
         t["topic_id"] = id_for_name(t["name"]) if id_for_name else None
@@ -278,7 +290,8 @@ def _offset_fetch(
     api_version: int, req: Any, coordinator: GroupCoordinator, consumer: ConsumerCoordinator | None
 ) -> dict[str, Any]:
     if api_version < 8:
-        return _fetch_group(req.group_id, req.topics, coordinator)
+        stable = bool(getattr(req, "require_stable", False))
+        return _fetch_group(req.group_id, req.topics, coordinator, stable)
     groups = []
     for g in req.groups:
         member_id = getattr(g, "member_id", None)
@@ -289,7 +302,7 @@ def _offset_fetch(
             if error != NONE:
                 groups.append({"group_id": g.group_id, "topics": [], "error_code": error})
                 continue
-        resp = _fetch_group(g.group_id, g.topics, coordinator)
+        resp = _fetch_group(g.group_id, g.topics, coordinator, req.require_stable)
         groups.append(
             {"group_id": g.group_id, "topics": resp["topics"], "error_code": resp["error_code"]}
         )

@@ -75,6 +75,9 @@ class GroupCoordinator:
         self.consumer_in_use: Callable[[str], bool] = lambda group_id: False
         # A new classic group takes over the id from an empty KIP-848 group (offsets stay).
         self.drop_consumer: Callable[[str], None] = lambda group_id: None
+        # The group's partitions with offsets an open transaction will commit
+        # (main_broker.groups.txn_offsets): OffsetFetch with require_stable withholds them.
+        self.unstable_offsets: Callable[[str], set[tuple[str, int]]] = lambda group_id: set()
 
     # ----------------------------------------------------------------- timers
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
