@@ -145,6 +145,12 @@ def test_nothing_after_the_last_stable_offset_is_read_committed(fleet: FleetProc
     try:
         assert _list_offset(raw, topic, 0, isolation=0) == 3  # the high watermark
         assert _list_offset(raw, topic, 0, isolation=1) == 1  # the last stable offset
+        # DescribeProducers shows where the open transaction starts.
+        producers = raw.request(61, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
+        starts = {
+            p.current_txn_start_offset for p in producers.topics[0].partitions[0].active_producers
+        }
+        assert starts == {-1, 1}  # the plain idempotent producer, the transactional one
         assert _read(fleet.bootstrap, topic, 1, "read_committed", 1, timeout=5) == [b"before"]
         producer.commit_transaction(30)
         # The marker takes an offset: 4 records' worth of offsets, all stable now.

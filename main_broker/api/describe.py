@@ -263,14 +263,17 @@ async def describe_producers(
                 out["error_code"] = error
             else:
                 assert plog is not None
+                # An open transaction's first offset: what an operator looks for when the
+                # last stable offset does not move (kafka-transactions.sh find-hanging).
+                open_txns = plog.txns.open_producers()
                 out["active_producers"] = [
                     {
                         "producer_id": producer_id,
                         "producer_epoch": entry.epoch,
                         "last_sequence": entry.last_seq,
                         "last_timestamp": entry.batches[-1].timestamp if entry.batches else -1,
-                        "coordinator_epoch": -1,  # no transactions
-                        "current_txn_start_offset": -1,
+                        "coordinator_epoch": 0 if producer_id in open_txns else -1,
+                        "current_txn_start_offset": open_txns.get(producer_id, -1),
                     }
                     for producer_id, entry in plog.producers.items()
                 ]
