@@ -32,7 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from produce_consume import run_zonefleet  # noqa: E402
+from produce_consume import run_zonefleet
 
 PARTITIONS = 3
 

@@ -15,12 +15,12 @@ import pytest
 import trio
 
 from internal_rpc.messages import (
+    AllowTxn,
+    AllowTxnResult,
     MalformedMessage,
     TxnMarker,
     TxnMarkerResult,
     UnsupportedMessageVersion,
-    AllowTxn,
-    AllowTxnResult,
     WriteTxnMarkers,
     WriteTxnMarkersResult,
 )
