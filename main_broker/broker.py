@@ -239,7 +239,12 @@ class MainBroker:
         )
         store.register(self.txn_offsets)
         self.coordinator.unstable_offsets = self.txn_offsets.unstable_partitions
-        self.txn = TxnCoordinator(self, cfg.transaction_max_timeout_ms, self._allocate_producer_id)
+        self.txn = TxnCoordinator(
+            self,
+            cfg.transaction_max_timeout_ms,
+            self._allocate_producer_id,
+            cfg.transactional_id_expiration_ms,
+        )
         store.register(self.txn)
         if cfg.object_store_url is not None:
             # Partitions learn their committed objects as replay makes them.

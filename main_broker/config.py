@@ -91,6 +91,9 @@ class BrokerConfig:
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # Kafka's transaction.max.timeout.ms: the longest transaction.timeout.ms a producer may ask.
     transaction_max_timeout_ms: int = 900_000
+    # Kafka's transactional.id.expiration.ms: an id with nothing under way, unused this long,
+    # is forgotten (a DEAD `txn` record).
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     wal: WalConfig = field(default_factory=WalConfig)
     groups: GroupConfig = field(default_factory=GroupConfig)
     # Traffic accounting (main_broker/accounting.py): JSONL under data_dir/accounting (None:

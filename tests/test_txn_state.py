@@ -294,11 +294,16 @@ def test_add_partitions_errors() -> None:
         assert state.add_partitions(TID, PID, 3, frozenset({B}), frozenset(), T0) == (
             ErrorCode.concurrent_transactions
         )
-    for odd in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
-        _at_epoch(state, 3, odd)
-        assert state.add_partitions(TID, PID, 3, parts, frozenset(), T0) == (
-            ErrorCode.invalid_txn_state
-        )
+    _at_epoch(state, 3, TxnState.PREPARE_EPOCH_FENCE)
+    assert state.add_partitions(TID, PID, 3, parts, frozenset(), T0) == (
+        ErrorCode.invalid_txn_state
+    )
+    # A DEAD record removes the id (an expired one): it is unknown from then on.
+    _at_epoch(state, 3, TxnState.DEAD)
+    assert state.get(TID) is None
+    assert state.add_partitions(TID, PID, 3, parts, frozenset(), T0) == (
+        ErrorCode.invalid_producer_id_mapping
+    )
 
 
 def test_verify_only_add_partitions() -> None:
@@ -373,7 +378,6 @@ def test_end_txn_prepares_then_completes(commit: bool) -> None:
         (TxnState.EMPTY, True, ErrorCode.invalid_txn_state),
         # Kafka answers INVALID_TXN_STATE here too; librdkafka aborts an empty transaction.
         (TxnState.EMPTY, False, ErrorCode.none),
-        (TxnState.DEAD, True, ErrorCode.invalid_txn_state),
         (TxnState.PREPARE_EPOCH_FENCE, False, ErrorCode.invalid_txn_state),
     ],
 )
@@ -618,3 +622,24 @@ def test_no_two_instances_ever_hold_the_same_epoch(ops: list[tuple[str, int]]) -
         current = state.get(TID)
         if current is not None:
             assert 0 <= current.producer_epoch <= MAX_PRODUCER_EPOCH
+
+
+def test_idle_ids_expire_and_a_dead_record_removes_them() -> None:
+    from main_broker.txn.state import TxnCoordinatorState, TxnMetadata, TxnState
+
+    state = TxnCoordinatorState(60_000)
+    idle = TxnMetadata("idle", 1, 0, 1000, TxnState.COMPLETE_COMMIT, update_ms=0)
+    busy = TxnMetadata("busy", 2, 0, 1000, TxnState.ONGOING, start_ms=0, update_ms=0)
+    recent = TxnMetadata("recent", 3, 0, 1000, TxnState.EMPTY, update_ms=9_000)
+    for meta in (idle, busy, recent):
+        state.apply(meta)
+    dead = state.expired(10_000, 5_000)
+    # Only an id with nothing under way, unused for longer than the expiration.
+    assert [(m.transactional_id, m.state) for m in dead] == [("idle", TxnState.DEAD)]
+    state.apply(dead[0])
+    assert state.get("idle") is None and state.get("busy") is not None
+    # The DEAD record round-trips, so replay removes the id too.
+    again = TxnCoordinatorState(60_000)
+    again.apply(idle)
+    again.apply(TxnMetadata.from_record(dead[0].to_record()))
+    assert again.get("idle") is None

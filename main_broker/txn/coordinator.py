@@ -21,6 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import trio
@@ -82,9 +83,11 @@ class TxnCoordinator:
         host: TxnHost,
         max_timeout_ms: int,
         allocate_producer_id: Callable[[], Any],
+        expiration_ms: int = 7 * 24 * 3600 * 1000,
     ) -> None:
         self.host = host
         self.state = TxnCoordinatorState(max_timeout_ms)
+        self.expiration_ms = expiration_ms
         self._allocate = allocate_producer_id
         self._locks: dict[str, trio.Lock] = {}
         self._in_flight: dict[str, trio.Event] = {}
@@ -375,6 +378,7 @@ class TxnCoordinator:
             task_status.started()
             while True:
                 await self._abort_timed_out()
+                await self._expire_idle()
                 deadline = self.state.next_deadline_ms()
                 wait_s = TIMEOUT_SCAN_S
                 if deadline is not None:
@@ -404,6 +408,24 @@ class TxnCoordinator:
                     log.error("transaction %s: cannot abort: %s", tid, exc)
                     continue
                 self._start_markers(aborted)
+
+    async def _expire_idle(self) -> None:
+        for dead in self.state.expired(now_ms(), self.expiration_ms):
+            tid = dead.transactional_id
+            async with self._lock(tid):
+                current = self.state.get(tid)
+                if (
+                    current is None
+                    or replace(current, state=dead.state, update_ms=dead.update_ms) != dead
+                ):
+                    continue  # used again meanwhile
+                log.info("transactional id %s expired (unused for %d ms)", tid, self.expiration_ms)
+                try:
+                    await self._persist(dead)
+                except WalError as exc:
+                    log.error("transactional id %s: cannot expire: %s", tid, exc)
+                    continue
+            self._locks.pop(tid, None)
 
     # -- Describe/ListTransactions ---------------------------------------------------------------
 

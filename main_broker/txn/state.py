@@ -128,8 +128,21 @@ class TxnCoordinatorState:
         return self.txns.get(tid)
 
     def apply(self, meta: TxnMetadata) -> None:
-        """A `txn` record became durable (or was replayed)."""
-        self.txns[meta.transactional_id] = meta
+        """A `txn` record became durable (or was replayed); DEAD removes the id."""
+        if meta.state == TxnState.DEAD:
+            self.txns.pop(meta.transactional_id, None)
+        else:
+            self.txns[meta.transactional_id] = meta
+
+    def expired(self, now_ms: int, expiration_ms: int) -> list[TxnMetadata]:
+        """Ids with no transaction under way that nobody used for `expiration_ms` (Kafka's
+        transactional.id.expiration.ms), as the DEAD records that remove them."""
+        idle = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        return [
+            replace(meta, state=TxnState.DEAD, update_ms=now_ms)
+            for meta in self.txns.values()
+            if meta.state in idle and now_ms - meta.update_ms > expiration_ms
+        ]
 
     # -- InitProducerId ------------------------------------------------------------------------
 
