@@ -74,6 +74,8 @@ group_min_session_timeout_ms = 6000         # the session.timeout.ms a classic m
 group_max_session_timeout_ms = 1800000      # (outside: INVALID_SESSION_TIMEOUT)
 group_consumer_session_timeout_ms = 45000   # KIP-848 consumer groups (group.protocol=consumer)
 group_consumer_heartbeat_interval_ms = 5000
+transaction_max_timeout_ms = 900000         # the longest transaction.timeout.ms allowed
+transactional_id_expiration_ms = 604800000  # an idle transactional id is forgotten after this
 
 [main_brokers.topic_defaults]     # broker-level defaults of topic configs
 "retention.ms" = "604800000"
@@ -358,6 +360,13 @@ def _parse_main(
             f"main broker {node_id} needs 0 <= group_min_session_timeout_ms "
             f"({min_session}) <= group_max_session_timeout_ms ({max_session})"
         )
+    txn_max_timeout = int(raw.get("transaction_max_timeout_ms", 900_000))
+    txn_expiration = int(raw.get("transactional_id_expiration_ms", 7 * 24 * 3600 * 1000))
+    if txn_max_timeout <= 0 or txn_expiration <= 0:
+        raise ConfigError(
+            f"main broker {node_id} needs transaction_max_timeout_ms and "
+            "transactional_id_expiration_ms above 0"
+        )
     rpc_port = raw.get("rpc_port")
     if rpc_port is not None and secret is None:
         raise ConfigError(
@@ -389,6 +398,8 @@ def _parse_main(
         cluster_id=cluster_id,
         wal_url=wal_url,
         wal=replace(wal),  # each node its own copy: nodes may share one process
+        transaction_max_timeout_ms=txn_max_timeout,
+        transactional_id_expiration_ms=txn_expiration,
     )
     return MainBrokerNode(
         broker,

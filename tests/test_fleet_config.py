@@ -159,6 +159,10 @@ def test_plain_local_fleet_has_no_rpc(tmp_path: Path) -> None:
             + "group_max_session_timeout_ms = 8\n",
             "group_min_session_timeout_ms",
         ),
+        (
+            BASE.replace("rpc_port = 9094", "rpc_port = 9094\ntransaction_max_timeout_ms = 0"),
+            "transaction_max_timeout_ms",
+        ),
     ],
 )
 def test_invalid_configs(tmp_path: Path, text: str, message: str) -> None:
@@ -345,3 +349,16 @@ def test_discovery_off_keeps_auto(tmp_path: Path) -> None:
     config = parse(AUTO, tmp_path, discover=None)
     assert config.main(1).broker.zone == AUTO_ZONE
     assert config.proxy(102).proxy.zone == AUTO_ZONE
+
+
+def test_transaction_settings_reach_the_main(tmp_path: Path) -> None:
+    text = BASE.replace(
+        "rpc_port = 9094",
+        "rpc_port = 9094\ntransaction_max_timeout_ms = 60000\n"
+        "transactional_id_expiration_ms = 3600000",
+    )
+    broker = parse(text, tmp_path, discover=no_discovery).mains[0].broker
+    assert (broker.transaction_max_timeout_ms, broker.transactional_id_expiration_ms) == (
+        60000,
+        3600000,
+    )
