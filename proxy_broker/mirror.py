@@ -93,11 +93,16 @@ class MirrorPartition:
         index, and a fetch from them ran on across it, skipping every offset in between."""
         self.index = BatchIndex(start)
 
-    def link_objects(self, stream: StreamManifest | None, stream_id: int) -> None:
+    def link_objects(
+        self, stream: StreamManifest | None, stream_id: int, rewritten: bool = False
+    ) -> None:
+        """`rewritten`: objects of this stream were swapped for others (compaction, the log
+        cleaner): the batches memory holds below the objects' end go too, so that reads see
+        what the objects hold now (a compacted topic's cleaned records)."""
         self.objects, self.stream_id = stream, stream_id
-        self._drop_uploaded()
+        self._drop_uploaded(rewritten)
 
-    def _drop_uploaded(self) -> None:
+    def _drop_uploaded(self, in_memory_too: bool = False) -> None:
         """Forget the leading batches the objects hold and memory no longer does: their WAL
         segments may be gone, and the objects answer for them."""
         stream = self.objects
@@ -106,7 +111,11 @@ class MirrorPartition:
         end = stream.end_offset
         entries = self.index.entries
         n = 0
-        while n < len(entries) and entries[n].data is None and entries[n].last_offset < end:
+        while (
+            n < len(entries)
+            and (in_memory_too or entries[n].data is None)
+            and entries[n].last_offset < end
+        ):
             n += 1
         self.index.drop_front(n)
 
@@ -334,7 +343,11 @@ class MainMirror:
         for topic in self.topics.values():
             for part in topic.partitions:
                 stream = self.manifest.stream(topic.topic_id, part.partition)
-                part.link_objects(stream, stream_id_for(topic.topic_id, part.partition))
+                before = old.stream(topic.topic_id, part.partition)
+                rewritten = (
+                    bool(gone) and before is not None and any(r.key in gone for r in before.ranges)
+                )
+                part.link_objects(stream, stream_id_for(topic.topic_id, part.partition), rewritten)
 
     # -- WAL tail ----------------------------------------------------------------------------
 

@@ -298,6 +298,12 @@ class LogCleaner:
         assert cleaner is not None and self.offset_map is not None
         section = p.candidate.section
         self._pass = None
+        plog = p.candidate.plog
+        if plog.owned and not plog.fenced and plog.objects is not None:
+            # The WAL index may still hold copies of what the objects now hold cleaned (until
+            # WAL retention deletes their segments; the active one may stay for long): reads
+            # below the end go to the objects from now on.
+            plog.index.drop_front(plog.index.first_index_at(min(p.end, plog.objects.end_offset)))
         self.checkpoints[p.candidate.key] = p.end
         await self._save_checkpoints()
         self.stats.add(cleaner.stats)
