@@ -56,7 +56,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from kafka_wire.compression import DecompressionError, compress, decompress
+from kafka_wire.compression import SNAPPY, DecompressionError, compress, decompress
 from kafka_wire.record_batch import (
     BATCH_HEADER_SIZE,
     COMPRESSION_NONE,
@@ -102,6 +102,9 @@ _COMMIT = 1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
+# snappy-java's stream header (magic, version 1, compatible version 1), as Java producers write
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + (1).to_bytes(4, "big") + (1).to_bytes(4, "big")
 
 
 class CorruptRecords(ValueError):
@@ -499,11 +502,21 @@ def empty_batch(info: BatchInfo) -> bytes:
     return bytes(header)
 
 
+def _recompress(codec: int, records: bytes, original: Buffer) -> bytes:
+    """`records` compressed with the batch's codec; snappy keeps the original's framing (a
+    Java producer's xerial frames, which some consumers expect, or librdkafka's raw block)."""
+    data = compress(codec, records)
+    if codec == SNAPPY and bytes(original[:8]) == _XERIAL_MAGIC:
+        return _XERIAL_HEADER + len(data).to_bytes(4, "big") + data
+    return data
+
+
 def _rebuild(
     info: BatchInfo,
     body: bytes,
     kept: Sequence[_Record],
     horizon: int | None,
+    original: Buffer = b"",
 ) -> bytes:
     """The batch with only the `kept` records; with `horizon`, a delete horizon is set (bit
     0x40, base timestamp = horizon, the records' timestamp deltas shifted to match)."""
@@ -527,7 +540,7 @@ def _rebuild(
         base_ts = horizon
     codec = attributes & _COMPRESSION_MASK
     if codec != COMPRESSION_NONE:
-        records = compress(codec, records)
+        records = _recompress(codec, records, original)
     header = bytearray(
         _HEADER.pack(
             info.base_offset,
@@ -630,7 +643,15 @@ class StreamCleaner:
             if has_horizon:
                 return self._keep(view, info)
             stats.horizons_set += 1
-            return self._written(_rebuild(info, body, _records(body, info), self._horizon()))
+            return self._written(
+                _rebuild(
+                    info,
+                    body,
+                    _records(body, info),
+                    self._horizon(),
+                    view[BATCH_HEADER_SIZE : info.size],
+                )
+            )
         if info.record_count == 0:
             self._txns.on_batch(info)
             stats.batches_removed += 1
@@ -670,7 +691,9 @@ class StreamCleaner:
             return self._keep(view, info)
         if set_horizon:
             stats.horizons_set += 1
-        return self._written(_rebuild(info, body, kept, self._horizon() if set_horizon else None))
+        horizon = self._horizon() if set_horizon else None
+        original = view[BATCH_HEADER_SIZE : info.size]
+        return self._written(_rebuild(info, body, kept, horizon, original))
 
     def _horizon(self) -> int:
         return min(self.now_ms + self.delete_retention_ms, LONG_MAX)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_wire.compression import GZIP, ZSTD
+from kafka_wire.compression import GZIP, SNAPPY, ZSTD
 from kafka_wire.control_batch import build_marker
 from kafka_wire.record_batch import (
     COMPRESSION_NONE,
@@ -391,3 +392,22 @@ def test_golden_checkpoints() -> None:
     ):
         with pytest.raises(ValueError):
             decode_checkpoints(bad)
+
+
+def test_snappy_batches_keep_their_framing() -> None:
+    """A Java producer's xerial-framed snappy stays xerial-framed, librdkafka's raw stays raw."""
+    raw = batch([(b"a", b"1"), (b"b", b"2"), (b"a", b"3")], 0, compression=SNAPPY)
+    block = raw[61:]
+    framed_body = (
+        b"\x82SNAPPY\x00" + (1).to_bytes(4, "big") * 2 + len(block).to_bytes(4, "big") + block
+    )
+    header = bytearray(raw[:61])
+    header[8:12] = (49 + len(framed_body)).to_bytes(4, "big")
+    header[17:21] = crc32c(framed_body, crc32c(bytes(header[21:]))).to_bytes(4, "big")
+    framed = bytes(header) + framed_body
+    assert decode_records_for_tools(framed) == decode_records_for_tools(raw)
+    for source, xerial in ((raw, False), (framed, True)):
+        out, _ = clean([source])
+        body = bytes(out[0])[61:]
+        assert body.startswith(b"\x82SNAPPY\x00") == xerial
+        assert [(o, k, v) for o, _, k, v in records(out)] == [(1, b"b", b"2"), (2, b"a", b"3")]
