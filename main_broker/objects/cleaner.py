@@ -147,6 +147,7 @@ class LogCleaner:
         self.last_error: str | None = None
         self.last_cleaning: dict[str, Any] | None = None
         self.ratios: dict[StreamKey, float] = {}
+        self._ratio_labels: dict[StreamKey, tuple[str, str]] = {}
         self.done = trio.Event()  # replaced after each pass that found nothing to do (tests)
         self.cleaned = trio.Event()  # replaced after each completed cleaning (tests)
         self._register_metrics()
@@ -223,7 +224,9 @@ class LogCleaner:
                 ):
                     best = _Candidate(plog, key, section, policy)
         for key in self.ratios.keys() - seen:
+            # Not compacted, led or listed here any more: its series goes from /metrics too.
             del self.ratios[key]
+            self._ratio_gauge.remove(*self._ratio_labels.pop(key))
         return best
 
     # -- one cleaning, a step (one object) at a time -----------------------------------------
@@ -435,7 +438,8 @@ class LogCleaner:
 
     def _set_ratio(self, plog: PartitionLog, key: StreamKey, ratio: float) -> None:
         self.ratios[key] = ratio
-        self._ratio_gauge.labels(plog.topic, str(plog.partition)).set(ratio)
+        labels = self._ratio_labels[key] = (plog.topic, str(plog.partition))
+        self._ratio_gauge.labels(*labels).set(ratio)
 
     def status(self) -> dict[str, Any]:
         s = self.stats
