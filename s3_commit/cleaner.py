@@ -468,7 +468,11 @@ def build_offset_map(
             continue
         base = info.base_offset
         keys, deltas = _keys(_body(view, info), info)
-        stored = offset_map.put_all(keys, [base + d for d in deltas])
+        offsets = [base + d for d in deltas]
+        if base < start:  # a batch across the start: only its records from there on
+            kept = [i for i, o in enumerate(offsets) if o >= start]
+            keys, offsets = [keys[i] for i in kept], [offsets[i] for i in kept]
+        stored = offset_map.put_all(keys, offsets)
         records += stored
         if stored < len(keys):
             return MapResult(base, records, True)

@@ -264,14 +264,18 @@ class LogCleaner:
                 return
             assert self.offset_map is not None
             batches = await self._stream_batches(rng, key, p.stream_id)
-            result = await trio.to_thread.run_sync(
-                build_offset_map,
-                batches,
-                self.offset_map,
-                max(p.next_offset, rng.start),
-                p.end,
-                p.aborted,
-            )
+            try:
+                result = await trio.to_thread.run_sync(
+                    build_offset_map,
+                    batches,
+                    self.offset_map,
+                    max(p.next_offset, rng.start),
+                    p.end,
+                    p.aborted,
+                )
+            except CorruptRecords as exc:
+                self.tier.compaction._skip(rng.key, str(exc))
+                raise CleaningAbandoned(str(exc)) from None
             if result.full:
                 p.end = result.end
                 self._begin_filtering(p, stream)
