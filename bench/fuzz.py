@@ -35,6 +35,7 @@ import random
 import signal
 import struct
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -630,8 +631,6 @@ def run_atheris(args: argparse.Namespace, name: str) -> int:
     PyPI, when it installs). It never returns: libFuzzer exits when its runs are done, with
     its own statistics on stderr (`cov:` counts instrumented edges, not lines), and stops at
     the first crash, writing the input to `<crashes>/crash-<sha1>`."""
-    import tempfile
-
     import atheris
 
     target = TARGETS[name]
@@ -660,7 +659,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", choices=(*TARGET_NAMES, "all"), default="all")
     parser.add_argument("--inputs", type=int, default=100_000, help="inputs per target")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--crashes", type=Path, default=Path("fuzz-crashes"))
+    parser.add_argument(
+        "--crashes", type=Path, default=Path(tempfile.gettempdir()) / "zonefleet-fuzz-crashes"
+    )
     parser.add_argument("--corpus", type=Path, default=CORPUS_DIR)
     parser.add_argument("--max-len", type=int, default=DEFAULT_MAX_LEN)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per input")
