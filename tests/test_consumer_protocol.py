@@ -351,10 +351,20 @@ def test_raw_heartbeats_epochs_and_offset_commits(zone_fleet: ZoneFleet) -> None
 
         left = beat(-1)
         assert left.error_code == ErrorCode.none and left.member_epoch == -1
-        listed = raw.request(16, 5, {"states_filter": ["Empty"], "types_filter": ["consumer"]})
-        assert (group, "Empty", "consumer") in {
-            (g.group_id, g.group_state, g.group_type) for g in listed.groups
-        }
+        # ListGroups goes to every broker of the client's zone view (its zone's proxy and
+        # main), each listing the groups it coordinates in that view, as clients send it.
+        main = next(m.broker for m in fleet.config.mains if m.broker.zone == "az2")
+        found_groups: set[tuple[str, str, str]] = set()
+        for bootstrap in (fleet.bootstrap("az2"), f"{main.host}:{main.port}"):
+            conn = RawKafka(bootstrap)
+            try:
+                listed = conn.request(
+                    16, 5, {"states_filter": ["Empty"], "types_filter": ["consumer"]}
+                )
+            finally:
+                conn.close()
+            found_groups |= {(g.group_id, g.group_state, g.group_type) for g in listed.groups}
+        assert (group, "Empty", "consumer") in found_groups
         deleted = raw.request(42, 2, {"groups_names": [group]})
         assert [r.error_code for r in deleted.results] == [ErrorCode.none]
     finally:
