@@ -32,6 +32,7 @@ from tests.raw_kafka import RawKafka
 from tests.zone_fleet import (
     NodeProcess,
     SplitFleet,
+    consume_confluent,
     create_topic,
     produce_confluent,
     true_leader_zones,
@@ -195,38 +196,11 @@ def _txn_state(fleet: SplitFleet, tid: str) -> str:
 
 
 def _read_committed_output(fleet: SplitFleet, sink: str, expect: int) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": fleet.fleet.bootstrap("az3"),
-            "client.id": zone_client_id("az3"),
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
+    records = consume_confluent(
+        fleet.fleet.bootstrap("az3"), "az3", sink, PARTITIONS, expect, 60, "read_committed"
     )
-    consumer.assign([TopicPartition(sink, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    got: list[bytes] = []
-    last: dict[int, int] = {}
-    at_eof = dict.fromkeys(range(PARTITIONS), False)
-    deadline = time.monotonic() + 60
-    try:
-        while not (len(got) >= expect and all(at_eof.values())):
-            assert time.monotonic() < deadline, f"read {len(got)} of {expect}"
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_eof[msg.partition() or 0] = True
-                continue
-            at_eof[msg.partition() or 0] = False
-            value = msg.value()
-            assert value is not None
-            got.append(value)
-            last[msg.partition() or 0] = msg.offset() or 0
-    finally:
-        consumer.close()
+    last = {partition: offset for partition, offset, _ in records}
+    got = [value for _, _, value in records]
     # Nothing past the last stable offset: each partition's last record lies below it.
     for partition, offset in last.items():
         assert offset < _list_offsets(fleet, sink, partition)[1]
@@ -326,26 +300,8 @@ def test_end_txn_after_a_leader_move_commits_on_the_new_leader(split_fleet: Spli
     assert _list_offsets(split_fleet, topic, 0) == (3, 0)
     producer.commit_transaction(60)
     assert _list_offsets(split_fleet, topic, 0) == (4, 4)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": fleet.bootstrap("az3"),
-            "client.id": zone_client_id("az3"),
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < 3:
-            assert time.monotonic() < deadline, f"read {got}"
-            msg = consumer.poll(0.2)
-            if msg is not None and not msg.error() and msg.value() is not None:
-                got.append(msg.value())  # type: ignore[arg-type]
-    finally:
-        consumer.close()
+    records = consume_confluent(fleet.bootstrap("az3"), "az3", topic, 1, 3, 30, "read_committed")
+    got = [value for _, _, value in records]
     assert got == [b"moved-0", b"moved-1", b"moved-2"]
 
 
@@ -378,34 +334,10 @@ def test_aborted_transactions_are_skipped_by_read_committed_readers_of_every_pro
             producer.commit_transaction(60)
             committed += values
     for zone in fleet.zones:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": fleet.bootstrap(zone),
-                "client.id": zone_client_id(zone),
-                "group.id": f"check-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
+        records = consume_confluent(
+            fleet.bootstrap(zone), zone, topic, PARTITIONS, len(committed), 30, "read_committed"
         )
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        got: list[bytes] = []
-        at_eof = dict.fromkeys(range(PARTITIONS), False)
-        deadline = time.monotonic() + 30
-        try:
-            while not (len(got) >= len(committed) and all(at_eof.values())):
-                assert time.monotonic() < deadline, f"{zone}: read {len(got)}"
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        at_eof[msg.partition() or 0] = True
-                    continue
-                at_eof[msg.partition() or 0] = False
-                got.append(msg.value())  # type: ignore[arg-type]
-        finally:
-            consumer.close()
+        got = [value for _, _, value in records]
         assert sorted(got) == sorted(committed), zone
 
 
@@ -462,24 +394,8 @@ def test_prepare_commit_ends_in_commit_across_a_coordinator_kill(split_fleet: Sp
             break
         assert time.monotonic() < deadline, offsets
         time.sleep(0.2)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": fleet.bootstrap("az1"),
-            "client.id": zone_client_id("az1"),
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
+    records = consume_confluent(
+        fleet.bootstrap("az1"), "az1", topic, PARTITIONS, len(values), 30, "read_committed"
     )
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < len(values):
-            assert time.monotonic() < deadline, got
-            msg = consumer.poll(0.2)
-            if msg is not None and not msg.error() and msg.value() is not None:
-                got.append(msg.value())  # type: ignore[arg-type]
-    finally:
-        consumer.close()
+    got = [value for _, _, value in records]
     assert sorted(got) == sorted(values)

@@ -405,7 +405,13 @@ def is_marker(value: bytes) -> bool:
 
 
 def consume_confluent(
-    bootstrap: str, zone: str, topic: str, partitions: int, n: int, timeout: float = 30.0
+    bootstrap: str,
+    zone: str,
+    topic: str,
+    partitions: int,
+    n: int,
+    timeout: float = 30.0,
+    isolation: str = "read_uncommitted",
 ) -> list[Record]:
     """Read every partition from the beginning until `n` records and EOF on all of them."""
     consumer = Consumer(
@@ -415,6 +421,7 @@ def consume_confluent(
             "group.id": f"assign-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            "isolation.level": isolation,
         }
     )
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])

@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -32,6 +33,7 @@ from internal_rpc.messages import (
     AllowTxnResult,
     MalformedMessage,
     TxnMarker,
+    TxnMarkerResult,
     WriteTxnMarkers,
     WriteTxnMarkersResult,
 )
@@ -55,6 +57,9 @@ _DONE |= {int(ErrorCode.invalid_producer_epoch)}
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+Parts = tuple[tuple[str, int], ...]
 
 
 class Missed(NamedTuple):
@@ -178,14 +183,44 @@ class TxnCoordinator:
     ) -> Missed:
         """Tell each leader and group coordinator that this transaction holds its partitions
         and groups; returns those that could not be told."""
+
+        async def tell(node: int, parts: Parts, gids: tuple[str, ...]) -> TxnMarkerResult | None:
+            request = AllowTxn(meta.producer_id, meta.producer_epoch, parts, gids)
+            result = await self._send_allow(node, request)
+            return None if result is None else result.result
+
+        part_codes, group_codes = await self._fan_out(partitions, groups, tell)
+        missed = Missed(
+            frozenset(tp for tp, code in part_codes.items() if code != ErrorCode.none),
+            frozenset(g for g, code in group_codes.items() if code != ErrorCode.none),
+        )
+        if missed.partitions or missed.groups:
+            log.info(
+                "transaction %s: %d partitions and %d groups not told of it yet",
+                meta.transactional_id,
+                len(missed.partitions),
+                len(missed.groups),
+            )
+            self.host.cluster.poke()  # a leader may have moved: re-read the document
+        return missed
+
+    async def _fan_out(
+        self,
+        partitions: AbstractSet[tuple[str, int]],
+        groups: AbstractSet[str],
+        call: Callable[[int, Parts, tuple[str, ...]], Awaitable[TxnMarkerResult | None]],
+    ) -> tuple[dict[tuple[str, int], int | None], dict[str, int | None]]:
+        """Call each partition's leader and each group's coordinator (this main directly, the
+        others over the RPC) at once; every partition's and group's error code, None where
+        no answer came. A partition of a topic gone is UNKNOWN_TOPIC_OR_PARTITION."""
         host = self.host
+        part_codes: dict[tuple[str, int], int | None] = dict.fromkeys(partitions)
+        group_codes: dict[str, int | None] = dict.fromkeys(groups)
         by_node: dict[int, tuple[list[tuple[str, int]], list[str]]] = {}
-        missed_parts: set[tuple[str, int]] = set()
-        missed_groups: set[str] = set()
         for topic, index in sorted(partitions):
             plog = host.store.partition(topic, index)
             if plog is None:
-                missed_parts.add((topic, index))
+                part_codes[(topic, index)] = int(ErrorCode.unknown_topic_or_partition)
                 continue
             node = host.node_id if plog.owned else plog.leader_id
             assert node is not None
@@ -194,32 +229,18 @@ class TxnCoordinator:
             node = host.cluster.coordinator_for(group_id).node_id
             by_node.setdefault(node, ([], []))[1].append(group_id)
 
-        async def tell(node: int, parts: list[tuple[str, int]], gids: list[str]) -> None:
-            request = AllowTxn(meta.producer_id, meta.producer_epoch, tuple(parts), tuple(gids))
-            result = await self._send_allow(node, request)
-            if result is None:
-                missed_parts.update(parts)
-                missed_groups.update(gids)
-                return
-            for topic, index, code in result.result.partitions:
-                if code != ErrorCode.none:
-                    missed_parts.add((topic, index))
-            for group_id, code in result.result.groups:
-                if code != ErrorCode.none:
-                    missed_groups.add(group_id)
+        async def ask(node: int, parts: list[tuple[str, int]], gids: list[str]) -> None:
+            result = await call(node, tuple(parts), tuple(gids))
+            if result is not None:
+                for topic, index, code in result.partitions:
+                    part_codes[(topic, index)] = code
+                for group_id, code in result.groups:
+                    group_codes[group_id] = code
 
         async with trio.open_nursery() as nursery:
             for node, (parts, gids) in by_node.items():
-                nursery.start_soon(tell, node, parts, gids)
-        if missed_parts or missed_groups:
-            log.info(
-                "transaction %s: %d partitions and %d groups not told of it yet",
-                meta.transactional_id,
-                len(missed_parts),
-                len(missed_groups),
-            )
-            self.host.cluster.poke()  # a leader may have moved: re-read the document
-        return Missed(frozenset(missed_parts), frozenset(missed_groups))
+                nursery.start_soon(ask, node, parts, gids)
+        return part_codes, group_codes
 
     async def _send_allow(self, node: int, request: AllowTxn) -> AllowTxnResult | None:
         if node == self.host.node_id:
@@ -302,39 +323,17 @@ class TxnCoordinator:
         partitions = set(meta.partitions)
         groups = set(meta.groups)
         delay = MARKER_RETRY_S[0]
-        host = self.host
+
+        async def send(node: int, parts: Parts, gids: tuple[str, ...]) -> TxnMarkerResult | None:
+            marker = TxnMarker(meta.producer_id, meta.producer_epoch, commit, 0, parts, gids)
+            result = await self._send(node, WriteTxnMarkers((marker,)))
+            return None if result is None else result.results[0]
+
         while partitions or groups:
-            by_node: dict[int, tuple[list[tuple[str, int]], list[str]]] = {}
-            for topic, index in sorted(partitions):
-                plog = host.store.partition(topic, index)
-                if plog is None:
-                    partitions.discard((topic, index))  # the topic is gone
-                    continue
-                node = host.node_id if plog.owned else plog.leader_id
-                assert node is not None
-                by_node.setdefault(node, ([], []))[0].append((topic, index))
-            for group_id in sorted(groups):
-                node = host.cluster.coordinator_for(group_id).node_id
-                by_node.setdefault(node, ([], []))[1].append(group_id)
-
-            async def send(node: int, parts: list[tuple[str, int]], gids: list[str]) -> None:
-                marker = TxnMarker(
-                    meta.producer_id, meta.producer_epoch, commit, 0, tuple(parts), tuple(gids)
-                )
-                result = await self._send(node, WriteTxnMarkers((marker,)))
-                if result is None:
-                    return
-                for topic, index, code in result.results[0].partitions:
-                    if code in _DONE:
-                        partitions.discard((topic, index))
-                for group_id, code in result.results[0].groups:
-                    if code == ErrorCode.none:
-                        groups.discard(group_id)
-
             # Every main at once: the transaction ends as fast as its slowest leader.
-            async with trio.open_nursery() as nursery:
-                for node, (parts, gids) in by_node.items():
-                    nursery.start_soon(send, node, parts, gids)
+            part_codes, group_codes = await self._fan_out(partitions, groups, send)
+            partitions -= {tp for tp, code in part_codes.items() if code in _DONE}
+            groups -= {g for g, code in group_codes.items() if code == ErrorCode.none}
             if partitions or groups:
                 log.info(
                     "transaction %s: markers for %d partitions and %d groups not written yet",
@@ -344,7 +343,7 @@ class TxnCoordinator:
                 )
                 await trio.sleep(delay)
                 delay = min(delay * 2, MARKER_RETRY_S[1])
-                await host.cluster.refresh()
+                await self.host.cluster.refresh()
 
     async def _send(self, node: int, request: WriteTxnMarkers) -> WriteTxnMarkersResult | None:
         if node == self.host.node_id:
