@@ -68,9 +68,10 @@ def _read(
                 if len(got) >= expect:
                     break  # a whole poll with nothing new after the expected count
                 continue
-            if msg.error():
+            value = msg.value()
+            if msg.error() or value is None:
                 continue
-            got.append(msg.value())
+            got.append(value)
     finally:
         consumer.close()
     return got

@@ -116,9 +116,9 @@ class Loop:
             return None
         self.producer.begin_transaction()
         for m in msgs:
-            value = m.value()
-            assert value is not None
-            self.producer.produce(self.sink, b"out-" + value, m.key(), partition=m.partition())
+            value, partition = m.value(), m.partition()
+            assert value is not None and partition is not None
+            self.producer.produce(self.sink, b"out-" + value, m.key(), partition=partition)
         self.producer.flush(60)  # AddPartitionsToTxn and the produce are done now
         return [m.value() for m in msgs if m.value() is not None]  # type: ignore[misc]
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import trio
 
@@ -60,11 +60,20 @@ def now_ms() -> int:
 
 
 Parts = tuple[tuple[str, int], ...]
+T = TypeVar("T")
 
 
 class Missed(NamedTuple):
     partitions: frozenset[tuple[str, int]]
     groups: frozenset[str]
+
+
+def _decoded(decode: Callable[[object], T], reply: object, node: int) -> T | None:
+    try:
+        return decode(reply)
+    except MalformedMessage as exc:
+        log.warning("main %d answered a transaction call with a malformed message: %s", node, exc)
+        return None
 
 
 class InitResult:
@@ -245,16 +254,19 @@ class TxnCoordinator:
     async def _send_allow(self, node: int, request: AllowTxn) -> AllowTxnResult | None:
         if node == self.host.node_id:
             return allow(self.host, request)
+        reply = await self._peer_call(node, "allow_txn", request.to_wire())
+        return None if reply is None else _decoded(AllowTxnResult.from_wire, reply, node)
+
+    async def _peer_call(self, node: int, method: str, params: dict[str, Any]) -> Any:
+        """Another main's answer to one of the coordinator's calls; None when none came."""
         rpc = self.host.cluster.peer_rpc(node)
         if rpc is None:
+            log.warning("no RPC to main %d for %s", node, method)
             return None
         try:
-            reply = await rpc.call(
-                "allow_txn", request.to_wire(), timeout=MARKER_RPC_TIMEOUT_S, retries=1
-            )
-            return AllowTxnResult.from_wire(reply)
-        except (RpcError, MalformedMessage) as exc:
-            log.info("main %d was not told of a transaction: %s", node, exc)
+            return await rpc.call(method, params, timeout=MARKER_RPC_TIMEOUT_S, retries=1)
+        except RpcError as exc:
+            log.info("main %d did not answer %s: %s", node, method, exc)
             return None
 
     def verify_partitions(
@@ -348,18 +360,8 @@ class TxnCoordinator:
     async def _send(self, node: int, request: WriteTxnMarkers) -> WriteTxnMarkersResult | None:
         if node == self.host.node_id:
             return await write_markers(self.host, request)
-        rpc = self.host.cluster.peer_rpc(node)
-        if rpc is None:
-            log.warning("no RPC to main %d for transaction markers", node)
-            return None
-        try:
-            reply = await rpc.call(
-                "write_txn_markers", request.to_wire(), timeout=MARKER_RPC_TIMEOUT_S, retries=1
-            )
-            return WriteTxnMarkersResult.from_wire(reply)
-        except (RpcError, MalformedMessage) as exc:
-            log.info("main %d did not take transaction markers: %s", node, exc)
-            return None
+        reply = await self._peer_call(node, "write_txn_markers", request.to_wire())
+        return None if reply is None else _decoded(WriteTxnMarkersResult.from_wire, reply, node)
 
     # -- background ------------------------------------------------------------------------------
 
