@@ -14,6 +14,7 @@ import trio
 from internal_rpc.auth import AuthError, check_secret, hello_message, new_nonce, verify_auth
 from internal_rpc.errors import Accounting, Handler, OnBytes, RpcMeter, RpcPeer, StreamHandler
 from internal_rpc.frames import DEFAULT_MAX_FRAME_BYTES, encode_frame
+from internal_rpc.messages import MalformedMessage
 from internal_rpc.protocol import (
     DEADLINE_EXCEEDED,
     CallStarted,
@@ -29,6 +30,7 @@ from internal_rpc.protocol import (
 )
 from internal_rpc.transport import NET_ERRORS, address, read_message, text
 from kafka_wire.framing import FrameReader
+from telemetry.log_limit import BadInputLog
 
 __all__ = ["HANDSHAKE_TIMEOUT", "RpcServer"]
 
@@ -129,6 +131,12 @@ class _ServerConn:
                     await self.send(error_message(rid, DEADLINE_EXCEEDED, method), method, tag)
                 return
             await self.send(result_message(rid, result), method, tag)
+        except self.server.refusals as exc:
+            self.server.bad_input.warn(
+                self.peer.address, "rpc", "rpc: %s from %s refused: %s", method,
+                self.peer.address, exc,
+            )  # fmt: skip
+            await self.send(error_message(rid, type(exc).__name__, text(exc)), method, tag)
         except Exception as exc:
             log.warning("rpc: %s from %s raised", method, self.peer.address, exc_info=True)
             await self.send(error_message(rid, type(exc).__name__, text(exc)), method, tag)
@@ -175,8 +183,15 @@ class RpcServer:
         on_bytes: OnBytes | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         meter: RpcMeter | None = None,
+        refusals: tuple[type[Exception], ...] = (),
+        bad_input: BadInputLog | None = None,
     ) -> None:
+        """`refusals`: the errors a handler raises for what its caller sent (a malformed
+        message, say), on top of `MalformedMessage`: each is answered and logged as one
+        line, rate-limited per peer (`bad_input`), never with a traceback."""
         self.node_id = node_id
+        self.refusals: tuple[type[Exception], ...] = (MalformedMessage, *refusals)
+        self.bad_input = bad_input or BadInputLog(log)
         self.secret = check_secret(secret)
         self.handlers = dict(handlers)
         self.streams = dict(streams)

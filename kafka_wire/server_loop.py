@@ -31,8 +31,11 @@ from kafka_wire.topic_bytes import (
     fetch_request_entries,
     split_frame,
 )
+from telemetry.log_limit import BadInputLog
 
 log = logging.getLogger("zonefleet.wire")
+# A node's own (with its metric) is passed to serve_connection; this one serves the others.
+_BAD_INPUT = BadInputLog(log)
 
 Buffer = bytes | bytearray | memoryview
 # A started request: an awaitable that yields the response frame parts, or None for no response.
@@ -232,7 +235,11 @@ async def serve_connection(
     max_in_flight: int = 64,
     listener: str = "kafka",
     meter: WireMeter | None = None,
+    bad_input: BadInputLog | None = None,
 ) -> None:
+    """`bad_input` says why a connection is closed for what its peer sent (one line, rate
+    limited per peer, and counted: a node passes its own with a metric)."""
+    bad = bad_input or _BAD_INPUT
     conn = connection_info(stream, listener)
     reader = FrameReader(stream, max_frame_bytes)
     send_slots, receive_slots = trio.open_memory_channel[_Slot](max_in_flight)
@@ -244,7 +251,8 @@ async def serve_connection(
                     try:
                         frame = await reader.read_frame()
                     except FrameError as exc:
-                        log.warning("closing %s:%s: %s", conn.peer_host, conn.peer_port, exc)
+                        bad.warn(conn.peer_host, "frame", "closing %s:%s: %s",
+                                 conn.peer_host, conn.peer_port, exc)  # fmt: skip
                         break
                     if frame is None:
                         break
@@ -261,13 +269,8 @@ async def serve_connection(
                             # After begin: the processor has measured the request's topics.
                             token = meter.request_in(header, frame, conn, finish)
                     except (MalformedRequest, CloseConnection) as exc:
-                        log.warning(
-                            "closing %s:%s: %s",
-                            conn.peer_host,
-                            conn.peer_port,
-                            exc,
-                            extra={"peer": f"{conn.peer_host}:{conn.peer_port}"},
-                        )
+                        bad.warn(conn.peer_host, "request", "closing %s:%s: %s",
+                                 conn.peer_host, conn.peer_port, exc)  # fmt: skip
                         break
                     slot = _Slot(token)
                     await send_slots.send(slot)

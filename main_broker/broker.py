@@ -75,7 +75,7 @@ from main_broker.state_stream import publish_state
 from main_broker.txn.coordinator import TxnCoordinator
 from main_broker.txn.markers import allow, write_markers
 from shared_wal import WalReader, WalWriter, open_wal_fs
-from telemetry import UNKNOWN_ZONE, BrokerMetrics, MetricsRegistry
+from telemetry import UNKNOWN_ZONE, BadInputLog, BrokerMetrics, MetricsRegistry
 
 log = logging.getLogger("zonefleet.main_broker")
 
@@ -155,6 +155,8 @@ class MainBroker:
         self.config = config
         self.registry = registry or MetricsRegistry()
         self.metrics = BrokerMetrics.create(self.registry)
+        # Warnings about what peers send, rate-limited per peer and counted by kind.
+        self.bad_input = BadInputLog(log, lambda kind: self.metrics.bad_input.labels(kind).inc())
         self.traffic = MainTraffic(config, self.registry, self._topic_name)
         self.versions = advertised_versions()
         self.storage_failed = False
@@ -346,6 +348,10 @@ class MainBroker:
             },
             {"state": self._rpc_state},
             meter=self.traffic.rpc,
+            # A relayed request a proxy let through malformed (one of a previous release,
+            # which relayed without decoding) is refused in one line, not a traceback.
+            refusals=(MalformedRequest, CloseConnection),
+            bad_input=self.bad_input,
         )
         await server.serve(cfg.host, cfg.rpc_port or 0, task_status=task_status)
 
@@ -414,6 +420,7 @@ class MainBroker:
                 max_frame_bytes=self.config.max_request_bytes,
                 max_in_flight=self.config.max_in_flight_per_connection,
                 meter=self.traffic.kafka,
+                bad_input=self.bad_input,
             )
         finally:
             self.metrics.connections.dec()

@@ -57,7 +57,7 @@ from s3_commit.node_registry import NodeRegistrar, NodeRegistration
 from shared_wal import PreparedTrim, WalPosition, WalWriter, open_wal_fs
 from shared_wal.batch_index import BatchEntry
 from shared_wal.batch_reader import BatchReader
-from telemetry import BrokerMetrics, MetricsRegistry
+from telemetry import BadInputLog, BrokerMetrics, MetricsRegistry
 from zone_router import (
     Node,
     Topology,
@@ -74,6 +74,7 @@ log = logging.getLogger("zonefleet.proxy")
 
 API_PRODUCE, API_FETCH, API_METADATA = 0, 1, 3
 API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER, API_DESCRIBE_TOPIC_PARTITIONS = 10, 60, 75
+API_VERSIONS = 18
 REWRITTEN = {API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER}
 REWRITTEN |= {API_DESCRIBE_TOPIC_PARTITIONS}
 RELAY_TIMEOUT_S = 60.0  # JoinGroup may legitimately wait for a whole rebalance
@@ -98,6 +99,8 @@ class ProxyBroker:
         self.config = config
         self.registry = registry or MetricsRegistry()
         self.metrics = BrokerMetrics.create(self.registry)
+        # Warnings about what peers send, rate-limited per peer and counted by kind.
+        self.bad_input = BadInputLog(log, lambda kind: self.metrics.bad_input.labels(kind).inc())
         self.traffic = ProxyTraffic(config, self.registry, self.topic_name)
         self.ready = False
         self.bound_port: int | None = None
@@ -233,6 +236,7 @@ class ProxyBroker:
                 max_frame_bytes=self.config.max_request_bytes,
                 max_in_flight=self.config.max_in_flight_per_connection,
                 meter=self.traffic.kafka,
+                bad_input=self.bad_input,
             )
         finally:
             self.metrics.connections.dec()
@@ -425,6 +429,15 @@ class ProxyBroker:
                 )
 
             return fetch
+
+        # Decoded here before it is relayed: a malformed request is refused in its zone (one
+        # line, rate-limited) and never crosses to a main in another. ApiVersions is the
+        # exception: one of a version too new is answered (UNSUPPORTED_VERSION, our ranges).
+        if key != API_VERSIONS:
+            try:
+                decode_request(header, frame)
+            except MalformedRequest as exc:
+                raise CloseConnection(f"malformed api {key} v{header.api_version}: {exc}") from None
 
         async def relay() -> Sequence[Buffer] | None:
             return await self._relay(ctx, bytes(frame))

@@ -2,6 +2,7 @@
 accounting. Records only; imports no other zonefleet package.
 """
 
+from telemetry.log_limit import BadInputLog
 from telemetry.metrics import (
     DEFAULT_LATENCY_BUCKETS,
     DEFAULT_SIZE_BUCKETS,
@@ -59,6 +60,7 @@ __all__ = [
     "PSEUDO_ZONES",
     "REGIONAL_ZONE",
     "UNKNOWN_ZONE",
+    "BadInputLog",
     "BrokerMetrics",
     "Counter",
     "CounterChild",

@@ -460,6 +460,7 @@ class BrokerMetrics:
     wal_group_bytes: Histogram
     partitions: Gauge
     connections: Gauge
+    bad_input: Counter
 
     @classmethod
     def create(cls, registry: MetricsRegistry) -> BrokerMetrics:
@@ -493,4 +494,10 @@ class BrokerMetrics:
             ),
             partitions=registry.gauge("zonefleet_partitions", "Partitions hosted by this node."),
             connections=registry.gauge("zonefleet_connections", "Open client connections."),
+            bad_input=registry.counter(
+                "zonefleet_bad_input_total",
+                "Requests and frames refused as malformed (their warnings are rate-limited per "
+                "peer), by kind: frame, request, relay, rpc.",
+                ("kind",),
+            ),
         )
