@@ -74,6 +74,9 @@ group_min_session_timeout_ms = 6000         # the session.timeout.ms a classic m
 group_max_session_timeout_ms = 1800000      # (outside: INVALID_SESSION_TIMEOUT)
 group_consumer_session_timeout_ms = 45000   # KIP-848 consumer groups (group.protocol=consumer)
 group_consumer_heartbeat_interval_ms = 5000
+max_connections = 0                         # Kafka's max.connections (0: no limit)
+max_connections_per_ip = 0                  # ... and max.connections.per.ip
+connections_max_idle_ms = 600000            # a connection with no request this long closes
 transaction_max_timeout_ms = 900000         # the longest transaction.timeout.ms allowed
 transactional_id_expiration_ms = 604800000  # an idle transactional id is forgotten after this
 
@@ -90,6 +93,9 @@ prepared_min_age_s = 60.0         # a PREPARED segment no main's links floor nee
                                   # sealed this long (a confirm's lifetime, with margin)
 prepared_retention_s = 3600.0     # ... and, while a main is away or unsynced, one sealed this
                                   # long (still below every floor a main reported; -1: never)
+max_connections = 0               # as the main brokers': max.connections (0: no limit),
+max_connections_per_ip = 0        # max.connections.per.ip,
+connections_max_idle_ms = 600000  # connections.max.idle.ms
 ```
 """
 
@@ -285,6 +291,19 @@ class _Zones:
         return match
 
 
+def _connection_limits(raw: dict[str, Any]) -> dict[str, Any]:
+    """A node's max_connections, max_connections_per_ip (0: no limit) and
+    connections_max_idle_ms (0: never idle), as Kafka's."""
+    limits = {
+        "max_connections": int(raw.get("max_connections", 0)),
+        "max_connections_per_ip": int(raw.get("max_connections_per_ip", 0)),
+        "connections_max_idle_s": int(raw.get("connections_max_idle_ms", 600_000)) / 1000,
+    }
+    if any(value < 0 for value in limits.values()):
+        raise ConfigError(f"connection limits may not be negative: {limits}")
+    return limits
+
+
 def _internal_secret(doc: dict[str, Any], base_dir: Path) -> bytes | None:
     internal = doc.get("internal", {})
     secret, secret_file = internal.get("secret"), internal.get("secret_file")
@@ -384,6 +403,7 @@ def _parse_main(
         auto_create_topics=bool(raw.get("auto_create_topics", True)),
         num_partitions=int(raw.get("num_partitions", 1)),
         max_request_bytes=int(raw.get("max_request_bytes", 100 * 1024 * 1024)),
+        **_connection_limits(raw),
         wal_cache_bytes=int(raw.get("wal_cache_bytes", 256 * 1024 * 1024)),
         topic_defaults=topic_defaults,
         groups=GroupConfig(
@@ -562,6 +582,7 @@ def _parse_proxies(
             advertised_port=raw.get("advertised_port"),
             zones=dict(zone_map),
             max_request_bytes=int(raw.get("max_request_bytes", 100 * 1024 * 1024)),
+            **_connection_limits(raw),
             mirror_cache_bytes=int(raw.get("mirror_cache_bytes", 256 * 1024 * 1024)),
             confirm_timeout_s=float(raw.get("confirm_timeout_s", 10.0)),
             prepared_min_age_s=float(raw.get("prepared_min_age_s", 60.0)),

@@ -12,6 +12,7 @@ topic.
 from __future__ import annotations
 
 import logging
+import math
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import trio
 from kio.schema.index import api_key_map
 
 from kafka_wire.codec import MalformedRequest, RequestHeader, parse_request_header
+from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.framing import FrameError, FrameReader, send_frame
 from kafka_wire.hot_codecs import ProduceRequestData, decode_produce_request
 from kafka_wire.topic_bytes import (
@@ -236,20 +238,62 @@ async def serve_connection(
     listener: str = "kafka",
     meter: WireMeter | None = None,
     bad_input: BadInputLog | None = None,
+    limits: ConnectionLimits | None = None,
+    idle_timeout_s: float | None = None,
 ) -> None:
     """`bad_input` says why a connection is closed for what its peer sent (one line, rate
-    limited per peer, and counted: a node passes its own with a metric)."""
+    limited per peer, and counted: a node passes its own with a metric). `limits` admits the
+    connection first (Kafka's max.connections and max.connections.per.ip): one over them is
+    closed at once. A connection that sends no request for `idle_timeout_s` while none of its
+    requests is under way is closed (Kafka's connections.max.idle.ms); so is one that takes
+    that long to send one frame (a slowloris)."""
     bad = bad_input or _BAD_INPUT
     conn = connection_info(stream, listener)
+    if limits is not None:
+        refused = limits.admit(conn.peer_host)
+        if refused is not None:
+            bad.warn(conn.peer_host, "connection", "refusing a connection from %s:%s: %s",
+                     conn.peer_host, conn.peer_port, refused)  # fmt: skip
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await stream.aclose()
+            return
+    try:
+        await _serve_admitted(
+            stream, processor, conn, bad, max_frame_bytes, max_in_flight, meter, idle_timeout_s
+        )
+    finally:
+        if limits is not None:
+            limits.release(conn.peer_host)
+
+
+async def _serve_admitted(
+    stream: trio.SocketStream,
+    processor: RequestProcessor,
+    conn: ConnectionInfo,
+    bad: BadInputLog,
+    max_frame_bytes: int,
+    max_in_flight: int,
+    meter: WireMeter | None,
+    idle_timeout_s: float | None,
+) -> None:
     reader = FrameReader(stream, max_frame_bytes)
     send_slots, receive_slots = trio.open_memory_channel[_Slot](max_in_flight)
+    under_way: list[_Slot] = []
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_write_responses, stream, receive_slots, meter)
             async with send_slots:
                 while True:
                     try:
-                        frame = await reader.read_frame()
+                        with trio.move_on_after(idle_timeout_s or math.inf) as idle:
+                            frame = await reader.read_frame()
+                        if idle.cancelled_caught:
+                            under_way = [s for s in under_way if not s.done.is_set()]
+                            if under_way:
+                                continue  # waiting on its own answers (a long poll): not idle
+                            log.info("closing idle connection %s:%s after %.0f s",
+                                     conn.peer_host, conn.peer_port, idle_timeout_s)  # fmt: skip
+                            break
                     except FrameError as exc:
                         bad.warn(conn.peer_host, "frame", "closing %s:%s: %s",
                                  conn.peer_host, conn.peer_port, exc)  # fmt: skip
@@ -273,6 +317,10 @@ async def serve_connection(
                                  conn.peer_host, conn.peer_port, exc)  # fmt: skip
                         break
                     slot = _Slot(token)
+                    if idle_timeout_s is not None:
+                        if len(under_way) >= 2 * max_in_flight:
+                            under_way = [s for s in under_way if not s.done.is_set()]
+                        under_way.append(slot)
                     await send_slots.send(slot)
                     nursery.start_soon(_finish, slot, finish)
             # Reader done: pending responses still go out (the writer drains the channel), unless

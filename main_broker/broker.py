@@ -34,6 +34,7 @@ from kafka_wire.codec import (
     parse_request_header,
     warm_up,
 )
+from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from kafka_wire.topic_bytes import TopicFinish
@@ -157,6 +158,9 @@ class MainBroker:
         self.metrics = BrokerMetrics.create(self.registry)
         # Warnings about what peers send, rate-limited per peer and counted by kind.
         self.bad_input = BadInputLog(log, lambda kind: self.metrics.bad_input.labels(kind).inc())
+        self.connection_limits = ConnectionLimits(
+            config.max_connections, config.max_connections_per_ip
+        )
         self.traffic = MainTraffic(config, self.registry, self._topic_name)
         self.versions = advertised_versions()
         self.storage_failed = False
@@ -421,6 +425,8 @@ class MainBroker:
                 max_in_flight=self.config.max_in_flight_per_connection,
                 meter=self.traffic.kafka,
                 bad_input=self.bad_input,
+                limits=self.connection_limits,
+                idle_timeout_s=self.config.connections_max_idle_s or None,
             )
         finally:
             self.metrics.connections.dec()

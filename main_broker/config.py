@@ -60,6 +60,11 @@ class BrokerConfig:
     num_partitions: int = 1
     max_request_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
     max_in_flight_per_connection: int = 64
+    # Kafka's max.connections, max.connections.per.ip (0: no limit) and
+    # connections.max.idle.ms (kafka_wire/connection_limits.py, kafka_wire/server_loop.py).
+    max_connections: int = 0
+    max_connections_per_ip: int = 0
+    connections_max_idle_s: float = 600.0
     wal_cache_bytes: int = 256 * 1024 * 1024
     # The object store that holds committed data (main_broker/objects/tier.py); None keeps
     # data only in the WAL. Upload when the committed bytes not yet in objects pass the

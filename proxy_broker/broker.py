@@ -34,6 +34,7 @@ from kafka_wire.codec import (
     encode_response,
     entity_to_data,
 )
+from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.fetch_serving import read_failures_fail_the_partition, serve_fetch
 from kafka_wire.leader_hints import Endpoint, PartitionKey
 from kafka_wire.server_loop import (
@@ -101,6 +102,9 @@ class ProxyBroker:
         self.metrics = BrokerMetrics.create(self.registry)
         # Warnings about what peers send, rate-limited per peer and counted by kind.
         self.bad_input = BadInputLog(log, lambda kind: self.metrics.bad_input.labels(kind).inc())
+        self.connection_limits = ConnectionLimits(
+            config.max_connections, config.max_connections_per_ip
+        )
         self.traffic = ProxyTraffic(config, self.registry, self.topic_name)
         self.ready = False
         self.bound_port: int | None = None
@@ -237,6 +241,8 @@ class ProxyBroker:
                 max_in_flight=self.config.max_in_flight_per_connection,
                 meter=self.traffic.kafka,
                 bad_input=self.bad_input,
+                limits=self.connection_limits,
+                idle_timeout_s=self.config.connections_max_idle_s or None,
             )
         finally:
             self.metrics.connections.dec()

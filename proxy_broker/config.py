@@ -43,6 +43,11 @@ class ProxyConfig:
     zones: dict[str, str | None] = field(default_factory=dict)  # zone name -> AZ id
     max_request_bytes: int = 100 * 1024 * 1024
     max_in_flight_per_connection: int = 64
+    # Kafka's max.connections, max.connections.per.ip (0: no limit) and
+    # connections.max.idle.ms (kafka_wire/connection_limits.py, kafka_wire/server_loop.py).
+    max_connections: int = 0
+    max_connections_per_ip: int = 0
+    connections_max_idle_s: float = 600.0
     mirror_cache_bytes: int = 256 * 1024 * 1024
     confirm_timeout_s: float = 10.0
     # Confirm calls outstanding per main (proxy_broker/confirm_pipe.py); 1 turns pipelining off.

@@ -362,3 +362,14 @@ def test_transaction_settings_reach_the_main(tmp_path: Path) -> None:
         60000,
         3600000,
     )
+
+
+def test_connection_limits_reach_mains_and_proxies(tmp_path: Path) -> None:
+    limits = "max_connections = 500\nmax_connections_per_ip = 20\nconnections_max_idle_ms = 1500\n"
+    text = BASE.replace("rpc_port = 9094", "rpc_port = 9094\n" + limits) + PROXIES.replace(
+        "[[proxies]]\nnode_id = 101\n", "[[proxies]]\nnode_id = 101\n" + limits, 1
+    )
+    config = parse(text, tmp_path, discover=no_discovery)
+    for node in (config.mains[0].broker, config.proxies[0].proxy):
+        assert (node.max_connections, node.max_connections_per_ip) == (500, 20)
+        assert node.connections_max_idle_s == 1.5
