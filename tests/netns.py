@@ -55,10 +55,12 @@ class TcpSocket:
     peer: tuple[str, int]
     bytes_acked: int
     bytes_received: int
+    # What went on the wire, retransmissions included (0 where `ss` does not say).
+    bytes_sent: int = 0
 
 
 _SS_ADDR = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+):(\d+)\s+(\S+):(\d+)")
-_SS_FIELD = re.compile(r"\b(bytes_acked|bytes_received):(\d+)")
+_SS_FIELD = re.compile(r"\b(bytes_acked|bytes_received|bytes_sent):(\d+)")
 
 
 def parse_ss(text: str) -> list[TcpSocket]:
@@ -71,7 +73,11 @@ def parse_ss(text: str) -> list[TcpSocket]:
         if addr is not None:
             out.append(
                 TcpSocket(
-                    addr[0], addr[1], fields.get("bytes_acked", 0), fields.get("bytes_received", 0)
+                    addr[0],
+                    addr[1],
+                    fields.get("bytes_acked", 0),
+                    fields.get("bytes_received", 0),
+                    fields.get("bytes_sent", 0),
                 )
             )
 

@@ -351,9 +351,13 @@ class KernelView:
         return sum(max(0, s.bytes_acked - 1) for z in self.sockets.values() for s in z[kind])
 
     def sent(self, zone: str) -> int:
-        """TCP payload the zone sent to other zones and the regional services (SYNs less)."""
+        """TCP payload the zone put on the wire to other zones and the regional services,
+        retransmissions included (the interface carried them too; on a loaded machine they
+        are a few KB), else what was acknowledged (SYNs less)."""
         return sum(
-            max(0, s.bytes_acked - 1) for socks in self.sockets[zone].values() for s in socks
+            max(s.bytes_sent, s.bytes_acked - 1)
+            for socks in self.sockets[zone].values()
+            for s in socks
         )
 
 

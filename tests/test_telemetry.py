@@ -263,8 +263,10 @@ def test_broker_metrics_names() -> None:
     bm.wal_group_bytes.observe(3000)
     bm.partitions.set(4)
     bm.connections.inc()
+    bm.bad_input.labels("frame").inc()
     fam = parse_exposition(reg.render())
     assert {k: v["type"] for k, v in fam.items()} == {
+        "zonefleet_bad_input_total": "counter",
         "zonefleet_requests_total": "counter",
         "zonefleet_request_latency_seconds": "histogram",
         "zonefleet_request_errors_total": "counter",
