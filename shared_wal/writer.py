@@ -12,6 +12,7 @@ from typing import IO, Any
 import trio
 
 from shared_wal import storage
+from shared_wal.fence import WalFenced, fence_path, read_fence
 from shared_wal.io_hook import count_io
 from shared_wal.reader import WalReader
 from shared_wal.record import (
@@ -107,7 +108,9 @@ class AppendTicket:
         """The record's position once durable; WalError if its group failed."""
         await self._event.wait()
         if self._error is not None:
-            raise WalError(str(self._error)) from self._error
+            # A fence stays recognisable: the broker stops rather than retrying.
+            kind = WalFenced if isinstance(self._error, WalFenced) else WalError
+            raise kind(str(self._error)) from self._error
         assert self._position is not None
         return self._position
 
@@ -148,6 +151,9 @@ class WalWriter:
     on_group_commit: Callable[[int, float], None] | None
     #: Set before run(): the writer holds a proxy's PREPARED records (see PreparedTrim).
     prepared_trim: PreparedTrim | None
+    #: Look for a fence (shared_wal/fence.py) after every fsync: set where another node may
+    #: take this writer's data over (a main of several).
+    fence_check: bool
 
     def __init__(
         self,
@@ -166,6 +172,8 @@ class WalWriter:
         self.retention_floor = None
         self.on_group_commit = None
         self.prepared_trim = None
+        self.fence_check = False
+        self._fence_path = fence_path(writer_id)
         self._queued_bytes = 0
         self._was_full = False
         self._snapshot_provider = snapshot_provider
@@ -272,7 +280,8 @@ class WalWriter:
         AppendTicket), not run if the record fails.
         """
         if self._failed is not None:
-            raise WalError(f"WAL writer {self.writer_id} has failed: {self._failed}")
+            kind = WalFenced if isinstance(self._failed, WalFenced) else WalError
+            raise kind(f"WAL writer {self.writer_id} has failed: {self._failed}")
         if self._closing:
             raise WalError(f"WAL writer {self.writer_id} is closed")
         ticket = AppendTicket(RecordType(type), pack_header(header), byte_view(payload), on_durable)
@@ -426,12 +435,23 @@ class WalWriter:
         if written != group.nbytes:
             raise WalError(f"group of {group.nbytes} bytes wrote {written}")
         storage.sync_file(self._file)
+        # After the fsync: a fence made before this check is seen here; one made after it
+        # was made by a taker that reads this group (shared_wal/fence.py).
+        if self.fence_check and self.fs.exists(self._fence_path):
+            fence = read_fence(self.fs, self.writer_id)
+            raise WalFenced(f"WAL {self.writer_id} was fenced: {fence}")
 
     def _enter_failed(self, group: _Group, exc: BaseException) -> None:
-        error = WalError(f"WAL write to {self._dir} failed: {exc!r}")
-        error.__cause__ = exc
+        if isinstance(exc, WalFenced):
+            error: WalError = exc
+            log.critical("%s: acknowledging nothing more", exc)
+        else:
+            error = WalError(f"WAL write to {self._dir} failed: {exc!r}")
+            error.__cause__ = exc
+            log.error(
+                "WAL %s: write or fsync failed, writer is now failed: %r", self.writer_id, exc
+            )
         self._failed = error
-        log.error("WAL %s: write or fsync failed, writer is now failed: %r", self.writer_id, exc)
         for ticket in group.tickets:
             ticket._fail(error)
         self._fail_queued(error)
