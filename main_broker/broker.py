@@ -442,12 +442,18 @@ class MainBroker:
         return plog.owned and not plog.fenced and self.cluster.fresh()
 
     def storage_failure(self) -> str | None:
-        """Why the WAL takes no writes (None while it does)."""
-        failed = self.store.wal.failed
+        """Why the WAL takes no writes (None while it does). Both answers are the retriable
+        KAFKA_STORAGE_ERROR: a failed WAL (an fsync error, a fence) stays failed until
+        restart; a stalled one (its file system full, or NFS unreachable: the writer holds
+        the group and writes it again, shared_wal/writer.py) takes writes again by itself."""
+        wal = self.store.wal
+        failed = wal.failed
         if failed is not None:
             self.mark_storage_failed(failed)
         if self.storage_failed:
             return "the broker's WAL failed; restart it to recover"
+        if wal.stalled is not None:
+            return "the broker's WAL cannot write now (storage full or unreachable); retrying"
         return None
 
     def mark_storage_failed(self, exc: BaseException) -> None:

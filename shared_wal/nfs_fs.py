@@ -8,6 +8,16 @@ the WAL in a subdirectory.
 Every nfs-rs ``write`` returns only once its bytes are on stable storage (UNSTABLE WRITEs plus
 one COMMIT per call), so files opened for writing are unbuffered and report
 ``durable_writes = True``: the WAL's fsync has nothing left to do for them.
+
+A server restart is a normal event for an NFSv4 client, but an nfs-rs client does not outlive
+it: its session and client id are gone, and every call fails from then on. So an NFSFS
+reconnects: a call that fails because the server was lost (`_connection_lost`) makes a new
+client (trying for ``reconnect_timeout`` seconds, one thread for all), and is repeated on it
+when that is harmless (it is idempotent, or the server said it did not act on it); open files
+reopen by path on the new client and repeat their positional call (a write at the same offset
+by the file's one writer writes the same bytes again). A loss outlasting the reconnect
+attempts is raised as an OSError with errno ENOTCONN from file methods, and as
+fs.errors.RemoteConnectionError from FS methods; the WAL writer holds its group and tries again.
 """
 
 from __future__ import annotations
@@ -15,9 +25,10 @@ from __future__ import annotations
 import errno
 import io
 import logging
+import threading
 import time
 import warnings
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, BinaryIO, NoReturn
 from urllib.parse import quote
@@ -48,6 +59,32 @@ _RETRIES = 8
 _FILE_IDEMPOTENT = frozenset({"read_at", "readinto_at", "write_at", "truncate", "seek"})
 _CLIENT_IDEMPOTENT = frozenset({"stat", "exists", "listdir", "open", "truncate", "utime"})
 _READ_BUFFER = 1024 * 1024  # one ~max_read sized READ serves many small WAL reads
+_CALL_ATTEMPTS = 3  # a call is tried on at most this many clients (reconnecting in between)
+_RECONNECT_BACKOFF_MAX_S = 1.0
+
+#: nfs-rs errors after which a new client may succeed where the old one fails: the connection,
+#: session, lease or open state is gone (the server restarted or is unreachable).
+_LOST = (
+    nfs_rs.NfsOperationOutcomeError,
+    nfs_rs.NfsConnectionError,
+    nfs_rs.NfsTimeoutError,
+    nfs_rs.NfsStateLostError,
+    nfs_rs.NfsRetryableError,
+    nfs_rs.NfsRpcError,
+    nfs_rs.NfsClientClosedError,
+)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    return isinstance(exc, _LOST)
+
+
+def _repeatable(exc: nfs_rs.NfsError, name: str, idempotent: frozenset[str]) -> bool:
+    """Whether a call that failed with `exc` may be made again on a new client."""
+    return name in idempotent or exc.outcome in (
+        nfs_rs.OperationOutcome.SAFE_TO_RETRY,
+        nfs_rs.OperationOutcome.DEFINITE_FAILURE,
+    )
 
 
 def _raise_fs_error(exc: nfs_rs.NfsError, path: str, *, op: str) -> NoReturn:
@@ -68,7 +105,9 @@ def _raise_fs_error(exc: nfs_rs.NfsError, path: str, *, op: str) -> NoReturn:
         raise fs.errors.PermissionDenied(path, exc=exc) from exc
     if exc.errno == errno.ENOTEMPTY or exc.code_name == "NFS4ERR_NOTEMPTY":
         raise fs.errors.DirectoryNotEmpty(path, exc=exc) from exc
-    if isinstance(exc, nfs_rs.NfsTimeoutError | nfs_rs.NfsConnectionError):
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise fs.errors.InsufficientStorage(path, exc=exc, msg=f"NFS {op} failed: {exc}") from exc
+    if _connection_lost(exc):
         raise fs.errors.RemoteConnectionError(path, exc=exc, msg=f"NFS {op} failed: {exc}") from exc
     raise fs.errors.OperationFailed(
         path, exc=exc, msg=f"NFS {op} of {path!r} failed: {exc}"
@@ -122,13 +161,102 @@ def _fs_errors(path: str, op: str) -> Iterator[None]:
 
 @contextmanager
 def _io_errors() -> Iterator[None]:
-    """File methods raise OSError (as io does); some nfs-rs errors are only RuntimeErrors."""
+    """File methods raise OSError (as io does); some nfs-rs errors are only RuntimeErrors.
+    A lost server is ENOTCONN."""
     try:
         yield
     except nfs_rs.NfsError as exc:
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and not _connection_lost(exc):
             raise
+        if _connection_lost(exc):
+            raise OSError(errno.ENOTCONN, f"NFS server lost: {exc}") from exc
         raise OSError(f"NFS I/O failed: {exc}") from exc
+
+
+class _Link:
+    """An NFSFS's nfs-rs client, replaced by a new one when the server is lost.
+
+    FS methods are called through it by name (``link.stat(path)``); `call` repeats a call on
+    a new client when the old one lost the server and repeating is harmless.
+    """
+
+    def __init__(self, connect: Callable[[], Any], reconnect_timeout: float, label: str) -> None:
+        self._connect = connect
+        self._reconnect_timeout = reconnect_timeout
+        self._label = label
+        self._lock = threading.Lock()
+        self.client: Any = _Retrying(connect(), _CLIENT_IDEMPOTENT)
+        self.generation = 0  # bumped by each reconnect
+        self.reconnects = 0
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or bool(self.client.closed)
+
+    def close(self) -> None:
+        self._closed = True
+        self.client.close()
+
+    def reconnect(self, seen: int, cause: nfs_rs.NfsError) -> None:
+        """Replace the client, unless another thread did since `seen` (a generation): tries
+        for reconnect_timeout seconds, then raises `cause`."""
+        with self._lock:
+            if self.generation != seen:
+                return
+            if self._closed:
+                raise cause
+            log.warning("NFS %s: server lost (%s); reconnecting", self._label, cause)
+            started = time.monotonic()
+            delay = 0.05
+            while True:
+                try:
+                    client = self._connect()
+                    break
+                except nfs_rs.NfsError as exc:
+                    if time.monotonic() + delay - started > self._reconnect_timeout:
+                        log.error(
+                            "NFS %s: cannot reconnect after %.0f s: %s",
+                            self._label,
+                            time.monotonic() - started,
+                            exc,
+                        )
+                        raise cause from exc
+                time.sleep(delay)
+                delay = min(delay * 2, _RECONNECT_BACKOFF_MAX_S)
+            old, self.client = self.client, _Retrying(client, _CLIENT_IDEMPOTENT)
+            self.generation += 1
+            self.reconnects += 1
+            try:
+                old.close()
+            except Exception:  # the old client's server state is gone; nothing to release
+                pass
+            log.warning("NFS %s: reconnected in %.2f s", self._label, time.monotonic() - started)
+
+    def call_on(self, name: str, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+        """Call client method `name`; returns the generation of the client that answered."""
+        for attempt in range(_CALL_ATTEMPTS):
+            generation, client = self.generation, self.client
+            try:
+                return generation, getattr(client, name)(*args, **kwargs)
+            except nfs_rs.NfsError as exc:
+                if (
+                    not _connection_lost(exc)
+                    or attempt == _CALL_ATTEMPTS - 1
+                    or not _repeatable(exc, name, _CLIENT_IDEMPOTENT)
+                ):
+                    raise
+                self.reconnect(generation, exc)
+        raise AssertionError("unreachable")
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.call_on(name, *args, **kwargs)[1]
+
+        return call
 
 
 class NFSFile(io.RawIOBase):
@@ -140,13 +268,61 @@ class NFSFile(io.RawIOBase):
 
     durable_writes = True  # each write() returns after the server has it on stable storage
 
-    def __init__(self, inner: nfs_rs.File, path: str, mode: Mode, position: int) -> None:
+    def __init__(
+        self,
+        inner: nfs_rs.File,
+        path: str,
+        mode: Mode,
+        position: int,
+        *,
+        link: _Link | None = None,
+        generation: int = 0,
+        target: str = "",
+    ) -> None:
         super().__init__()
+        self._link = link  # None: no reopening on a new client
+        self._generation = generation  # of the client `inner` was opened on
         self._f: Any = _Retrying(inner, _FILE_IDEMPOTENT)
+        self._target = target  # export-relative path, to reopen by
+        self._stale = False
         self.name = path
         self.mode = mode.to_platform_bin()
         self._mode = mode
         self._pos = position
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """Call file method `name`, on a reopened file once the server was lost. Every method
+        called so is positional (or a truncation to a size), so repeating it is harmless."""
+        for attempt in range(_CALL_ATTEMPTS):
+            generation = self._generation
+            try:
+                if self._stale:
+                    self._reopen()
+                return getattr(self._f, name)(*args)
+            except nfs_rs.NfsError as exc:
+                if self._link is None or attempt == _CALL_ATTEMPTS - 1:
+                    raise
+                if generation == self._link.generation:
+                    if not _connection_lost(exc):
+                        raise
+                    self._link.reconnect(generation, exc)
+                # else: opened on a client since replaced (and closed): reopen on the new one
+                self._stale = True
+        raise AssertionError("unreachable")
+
+    def _reopen(self) -> None:
+        assert self._link is not None
+        # Never truncating: the file was created (or truncated) by the first open already.
+        generation, inner = self._link.call_on(
+            "open", self._target, "r+b" if self._mode.writing else "rb"
+        )
+        old, self._f = self._f, _Retrying(inner, _FILE_IDEMPOTENT)
+        self._generation = generation
+        self._stale = False
+        try:
+            old.close()
+        except Exception:  # opened on the lost client: nothing left to release
+            pass
 
     def readable(self) -> bool:
         return self._mode.reading
@@ -171,7 +347,7 @@ class NFSFile(io.RawIOBase):
             pos = self._pos + offset
         elif whence == io.SEEK_END:
             with _io_errors():
-                pos = self._f.seek(0, io.SEEK_END) + offset  # a GETATTR for the size
+                pos = self._call("seek", 0, io.SEEK_END) + offset  # a GETATTR for the size
         else:
             raise ValueError(f"invalid whence {whence!r}")
         if pos < 0:
@@ -184,7 +360,7 @@ class NFSFile(io.RawIOBase):
         if not self._mode.reading:
             raise io.UnsupportedOperation("file not open for reading")
         with _io_errors():
-            data = self._f.read_at(self._pos, -1 if size is None or size < 0 else size)
+            data = self._call("read_at", self._pos, -1 if size is None or size < 0 else size)
         self._pos += len(data)
         return data
 
@@ -196,7 +372,7 @@ class NFSFile(io.RawIOBase):
         if not self._mode.reading:
             raise io.UnsupportedOperation("file not open for reading")
         with _io_errors():
-            n = self._f.readinto_at(buffer, self._pos)
+            n = self._call("readinto_at", buffer, self._pos)
         self._pos += n
         return n
 
@@ -205,7 +381,7 @@ class NFSFile(io.RawIOBase):
         if not self._mode.writing:
             raise io.UnsupportedOperation("file not open for writing")
         with _io_errors():
-            n = self._f.write_at(data, self._pos)
+            n = self._call("write_at", data, self._pos)
         self._pos += n
         return n
 
@@ -215,7 +391,7 @@ class NFSFile(io.RawIOBase):
             raise io.UnsupportedOperation("file not open for writing")
         target = self._pos if size is None else size
         with _io_errors():
-            return self._f.truncate(target)
+            return self._call("truncate", target)
 
     def flush(self) -> None:
         pass  # nothing is held back: every write is already durable
@@ -276,6 +452,7 @@ class NFSFS(FS):
         gid: int | None = None,
         connect_timeout: float = 10.0,
         operation_timeout: float = 60.0,
+        reconnect_timeout: float = 60.0,
     ) -> None:
         super().__init__()
         self._host = host
@@ -286,8 +463,9 @@ class NFSFS(FS):
         if port is not None:
             netloc += f":{port}"
         url = f"nfs://{netloc}{quote(self._export)}?version={version}"
-        try:
-            client = nfs_rs.Client.connect(
+
+        def connect() -> Any:
+            return nfs_rs.Client.connect(
                 url,
                 uid=uid,
                 gid=gid,
@@ -295,9 +473,11 @@ class NFSFS(FS):
                 connect_timeout=connect_timeout,
                 operation_timeout=operation_timeout,
             )
+
+        try:
+            self._client = _Link(connect, reconnect_timeout, url)
         except nfs_rs.NfsError as exc:
             raise fs.errors.CreateFailed(f"cannot mount {url}: {exc}", exc=exc) from exc
-        self._client: Any = _Retrying(client, _CLIENT_IDEMPOTENT)
         if self._root:
             try:
                 with _fs_errors(self._root, "makedir"):
@@ -410,26 +590,31 @@ class NFSFS(FS):
         return io.BufferedReader(raw, size)  # type: ignore[return-value]
 
     def _open_raw(self, target: str, path: str, mode: Mode) -> NFSFile:
-        client = self._client
+        link = self._client
+
+        def opened(nfs_mode: str) -> NFSFile:
+            generation, inner = link.call_on("open", target, nfs_mode)
+            return NFSFile(inner, path, mode, 0, link=link, generation=generation, target=target)
+
         if mode.exclusive:
             # nfs-rs has no exclusive create; the WAL has one writer per file, so check first.
-            if client.exists(target):
+            if link.exists(target):
                 raise fs.errors.FileExists(path)
-            return NFSFile(client.open(target, "w+b"), path, mode, 0)
+            return opened("w+b")
         if mode.truncate:
-            return NFSFile(client.open(target, "w+b"), path, mode, 0)
+            return opened("w+b")
         if mode.appending:
             try:
-                inner = client.open(target, "r+b")
+                f = opened("r+b")
             except nfs_rs.NfsNotFoundError:
-                return NFSFile(client.open(target, "w+b"), path, mode, 0)
+                return opened("w+b")
             try:
-                end = inner.seek(0, io.SEEK_END)
+                f.seek(0, io.SEEK_END)
             except BaseException:
-                inner.close()
+                f.close()
                 raise
-            return NFSFile(inner, path, mode, end)
-        return NFSFile(client.open(target, "r+b" if mode.writing else "rb"), path, mode, 0)
+            return f
+        return opened("r+b" if mode.writing else "rb")
 
     def remove(self, path: str) -> None:
         target = self._nfs_path(path)
@@ -512,7 +697,8 @@ def _resource_type(kind: nfs_rs.FileType) -> ResourceType:
 
 
 class NFSOpener(Opener):
-    """``nfs://host[:port]/export/dir?version=4.1&uid=0&gid=0&export=/a/b``."""
+    """``nfs://host[:port]/export/dir?version=4.1&uid=0&gid=0&export=/a/b`` (also
+    ``connect_timeout``, ``operation_timeout``, ``reconnect_timeout``: seconds)."""
 
     protocols = ["nfs"]
 
@@ -545,6 +731,7 @@ class NFSOpener(Opener):
             gid=int(gid) if gid is not None else None,
             connect_timeout=float(params.get("connect_timeout", 10.0)),
             operation_timeout=float(params.get("operation_timeout", 60.0)),
+            reconnect_timeout=float(params.get("reconnect_timeout", 60.0)),
         )
 
 

@@ -28,6 +28,8 @@ register_opener()  # fs.open_fs("nfs://...") works once shared_wal is imported
 
 __all__ = [
     "FS",
+    "InsufficientStorage",
+    "RemoteConnectionError",
     "ResourceNotFound",
     "check_writer_id",
     "file_size",
@@ -49,6 +51,8 @@ __all__ = [
 ]
 
 ResourceNotFound = fs.errors.ResourceNotFound
+InsufficientStorage = fs.errors.InsufficientStorage  # ENOSPC/EDQUOT from an fs call (OSFS)
+RemoteConnectionError = fs.errors.RemoteConnectionError  # a remote FS (nfs://) unreachable
 
 WAL_ROOT = "wal"
 _SEGMENT_RE = re.compile(r"^(\d{20})\.wal$")

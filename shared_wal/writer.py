@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections import deque
@@ -34,6 +35,44 @@ from telemetry.pause_points import pause_point
 log = logging.getLogger("zonefleet.wal")
 
 SnapshotProvider = Callable[[], tuple[dict[str, Any], bytes]]
+
+#: Write errors after which the group is held and written again (from its start, the partial
+#: tail cut off) once the file system lets it: out of space or quota, or a remote file system
+#: (nfs://) unreachable past its own reconnect attempts (shared_wal/nfs_fs.py).
+RETRIABLE_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.ENOTCONN,
+        errno.ETIMEDOUT,
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.EHOSTUNREACH,
+    }
+)
+RETRY_MIN_S = 0.05  # first wait before writing a held group again (doubling)
+RETRY_MAX_S = 1.0  # longest wait between attempts
+STALL_REMINDER_S = 60.0  # a held group is logged again at this interval, one line each
+
+
+class _SyncFailed(Exception):
+    """An fsync (of a segment or of the WAL directory) failed: never retried. After a failed
+    fsync the kernel may have dropped the dirty pages and marked them clean, so a later fsync
+    can succeed without the data ever reaching the disk (PostgreSQL's "fsyncgate", 2018): the
+    only safe answer is to stop acknowledging and let recovery re-read the disk at restart."""
+
+
+def _retriable(exc: BaseException) -> bool:
+    """Whether a failed group write may be held and written again: an error of the write
+    stage (open, truncate, write; never fsync) with an errno of RETRIABLE_ERRNOS."""
+    if isinstance(exc, WalFenced | _SyncFailed):
+        return False
+    if isinstance(exc, storage.InsufficientStorage | storage.RemoteConnectionError):
+        return True  # pyfilesystem's names for these errors (opening or creating a segment)
+    cause = getattr(exc, "exc", None)  # the OSError a pyfilesystem error wraps
+    if not isinstance(exc, OSError) and isinstance(cause, OSError):
+        exc = cause
+    return isinstance(exc, OSError) and exc.errno in RETRIABLE_ERRNOS
 
 
 @dataclass
@@ -192,6 +231,12 @@ class WalWriter:
         self._queue: deque[AppendTicket] = deque()
         self._wakeup = trio.Event()
         self._failed: WalError | None = None
+        # A group whose write failed with a retriable error, held until it is written; and why.
+        self._held: _Group | None = None
+        self._stalled: WalError | None = None
+        self._stalled_since = 0.0
+        self._stall_logged = 0.0
+        self._close_requested = trio.Event()
         self._closing = False
         self._closed = False
         self._running = False
@@ -230,6 +275,13 @@ class WalWriter:
         return self._failed
 
     @property
+    def stalled(self) -> WalError | None:
+        """Why the current group's write is being retried (the file system is full, or remote
+        and unreachable); None while writes go through. Nothing is acknowledged meanwhile:
+        the held group's tickets resolve once it is written (see `_commit_once`)."""
+        return self._stalled
+
+    @property
     def total_bytes(self) -> int:
         """Retained segment bytes plus records queued for the next group commits."""
         return sum(self._sizes.values()) + self._queued_bytes
@@ -238,7 +290,11 @@ class WalWriter:
     def full(self) -> bool:
         """At or over `WalConfig.max_bytes`: owners refuse new data until retention frees
         space (the cap is soft: submit itself never refuses, so one request may pass it).
-        Logs when the writer fills up and when it has room again."""
+        Also True while a group write is being retried (`stalled`): owners then refuse new
+        data with the same retriable error. Logs when the writer fills up and when it has
+        room again."""
+        if self._stalled is not None:
+            return True
         cap = self.config.max_bytes
         full = cap is not None and self.total_bytes >= cap
         if full != self._was_full:
@@ -325,7 +381,7 @@ class WalWriter:
 
     async def _commit_loop(self) -> None:
         while True:
-            if self._queue and self._failed is None:
+            if (self._queue or self._held is not None) and self._failed is None:
                 async with self._commit_lock:
                     await self._commit_once()
                 continue
@@ -339,12 +395,13 @@ class WalWriter:
         if self._closed:
             return
         self._closing = True
+        self._close_requested.set()
         self._wakeup.set()
         if self._running:
             await self._stopped.wait()
         async with self._commit_lock:
             # run() was never started or was cancelled: flush here.
-            while self._queue and self._failed is None:
+            while (self._queue or self._held is not None) and self._failed is None:
                 await self._commit_once()
             self._fail_queued(WalError(f"WAL writer {self.writer_id} closed"))
             self._closed = True
@@ -389,15 +446,56 @@ class WalWriter:
         return _Group(tickets, segment, start, new_segment, records, size - start + nbytes)
 
     async def _commit_once(self) -> None:
-        group = self._take_group()
+        """Write one group: the held one if a write of it failed retriably, else the next.
+
+        A retriable failure (RETRIABLE_ERRNOS: the disk or quota is full, an NFS server is
+        unreachable) holds the group and writes it again after a backoff, from its start:
+        the segment is first truncated back to where the group begins, so no partial group
+        is left behind, and the rewrite is byte for byte the same records (their offsets and
+        producer sequences were already assigned by the owner, so the group cannot simply be
+        dropped: the partition would have a hole). Its tickets wait; owners refuse new data
+        meanwhile (`full`, `stalled`) with a retriable error. Anything else (an fsync error, a
+        fence, another write error) fails the writer for good.
+        """
+        group = self._held
+        retry = group is not None
         if group is None:
-            return
-        started = time.perf_counter()
-        try:
-            await trio.to_thread.run_sync(self._write_group, group, limiter=self._limiter)
-        except Exception as exc:
-            self._enter_failed(group, exc)
-            return
+            group = self._take_group()
+            if group is None:
+                return
+        delay = RETRY_MIN_S
+        while True:
+            started = time.perf_counter()
+            try:
+                await trio.to_thread.run_sync(
+                    self._write_group, group, retry, limiter=self._limiter
+                )
+            except Exception as exc:
+                if not _retriable(exc):
+                    self._held = None
+                    self._stalled = None
+                    self._enter_failed(group, exc)
+                    return
+                self._held = group
+                self._note_stall(group, exc)
+                if self._closing:
+                    self._give_up(group)
+                    return
+                with trio.move_on_after(delay):
+                    await self._close_requested.wait()
+                delay = min(delay * 2, RETRY_MAX_S)
+                retry = True
+                continue
+            break
+        self._held = None
+        if self._stalled is not None:
+            log.warning(
+                "WAL %s: the held group of %d records is written after %.1f s; taking writes again",
+                self.writer_id,
+                len(group.tickets),
+                time.monotonic() - self._stalled_since,
+            )
+            self._stalled = None
         if self.on_group_commit is not None:
             self.on_group_commit(group.nbytes, time.perf_counter() - started)
         if group.new_segment:
@@ -413,17 +511,56 @@ class WalWriter:
             ticket._resolve(WalPosition(self.writer_id, group.segment, position, ticket.nbytes))
             position += ticket.nbytes
 
-    def _write_group(self, group: _Group) -> None:
-        """Worker thread: (roll,) encode prefixes, one write, one fsync."""
-        if group.new_segment:
+    def _note_stall(self, group: _Group, exc: BaseException) -> None:
+        """One log line when a stall starts, then one each STALL_REMINDER_S: no storm."""
+        now = time.monotonic()
+        if self._stalled is None:
+            error = WalError(f"WAL write to {self._dir} is being retried: {exc}")
+            error.__cause__ = exc
+            self._stalled = error
+            self._stalled_since = self._stall_logged = now
+            log.warning(
+                "WAL %s: writing a group of %d records failed (%s); holding it and writing it "
+                "again from byte %d of segment %d until it goes through, refusing new data "
+                "meanwhile",
+                self.writer_id,
+                len(group.tickets),
+                exc,
+                group.start,
+                group.segment,
+            )
+        elif now - self._stall_logged >= STALL_REMINDER_S:
+            self._stall_logged = now
+            log.warning(
+                "WAL %s: still retrying the held group after %.0f s (%s)",
+                self.writer_id,
+                now - self._stalled_since,
+                exc,
+            )
+
+    def _give_up(self, group: _Group) -> None:
+        """Closing while a group is held: its tickets (and the queued ones) fail unwritten."""
+        error = WalError(
+            f"WAL writer {self.writer_id} closed while retrying a write: {self._stalled}"
+        )
+        self._held = None
+        for ticket in group.tickets:
+            ticket._fail(error)
+        self._fail_queued(error)
+
+    def _write_group(self, group: _Group, retry: bool = False) -> None:
+        """Worker thread: (roll,) encode prefixes, one write, one fsync. A `retry` first cuts
+        the segment back to the group's start: the failed attempt may have left part of it."""
+        path = storage.segment_path(self.writer_id, group.segment)
+        if retry:
+            self._reopen_at(group, path)
+        elif group.new_segment:
             if self._file is not None:
                 self._file.close()  # already fsynced by its last group
                 self._file = None
-            path = storage.segment_path(self.writer_id, group.segment)
             self._file = storage.open_for_append(self.fs, path, create=True)
-            storage.sync_dir(self.fs, self._dir)
+            self._sync_dir()
         elif self._file is None:
-            path = storage.segment_path(self.writer_id, group.segment)
             self._file = storage.open_for_append(self.fs, path, create=False)
         buffers: list[bytes | memoryview] = []
         for rtype, header_bytes, payload in group.records:
@@ -434,12 +571,41 @@ class WalWriter:
         count_io(self.fs, "write", written)
         if written != group.nbytes:
             raise WalError(f"group of {group.nbytes} bytes wrote {written}")
-        storage.sync_file(self._file)
+        try:
+            storage.sync_file(self._file)
+        except OSError as exc:
+            raise _SyncFailed(f"fsync of {path} failed: {exc!r}") from exc
         # After the fsync: a fence made before this check is seen here; one made after it
         # was made by a taker that reads this group (shared_wal/fence.py).
         if self.fence_check and self.fs.exists(self._fence_path):
             fence = read_fence(self.fs, self.writer_id)
             raise WalFenced(f"WAL {self.writer_id} was fenced: {fence}")
+
+    def _reopen_at(self, group: _Group, path: str) -> None:
+        """Worker thread: a fresh handle on the group's segment, cut back to the group's start
+        (the segment is created if the failed attempt never made it)."""
+        if self._file is not None:
+            f, self._file = self._file, None
+            try:
+                f.close()
+            except Exception as exc:  # its last write failed; its state is of no further use
+                log.debug("WAL %s: closing after a failed write: %r", self.writer_id, exc)
+        f = storage.open_for_append(self.fs, path, create=False)
+        try:
+            f.truncate(group.start)
+            f.seek(group.start)  # NFS files write at their own position (O_APPEND ones at the end)
+        except BaseException:
+            f.close()
+            raise
+        self._file = f
+        if group.new_segment:
+            self._sync_dir()
+
+    def _sync_dir(self) -> None:
+        try:
+            storage.sync_dir(self.fs, self._dir)
+        except OSError as exc:
+            raise _SyncFailed(f"fsync of {self._dir} failed: {exc!r}") from exc
 
     def _enter_failed(self, group: _Group, exc: BaseException) -> None:
         if isinstance(exc, WalFenced):
