@@ -31,9 +31,11 @@ from fleet.report_cli import add_report_parser, run_report_command
 from fleet.status_cli import add_status_parser, run_status_command
 from fleet.supervisor import PARENT_PID_ENV, NodeFailed, NodeSpec, Supervisor, exit_with_parent
 from fleet.topics_cli import add_topics_parser, run_topics_command
+from main_broker.cluster.watch import MainFenced
 
 log = logging.getLogger("zonefleet.fleet")
 
+EXIT_FENCED = 3  # a main broker whose WAL another main fenced
 DEFAULT_ZONES = 3  # `zonefleet up` with no flags: the zone fleet, as in production
 
 
@@ -172,6 +174,23 @@ def _run_up(args: argparse.Namespace) -> None:
     trio.run(Supervisor(path, args.log_format).serve, mains, proxies)
 
 
+def _run_main_broker(node: MainBrokerNode) -> int:
+    """One main broker; EXIT_FENCED when another main fenced its WAL (the supervisor, or
+    systemd, starts a new incarnation: main_broker/cluster/watch.py)."""
+    try:
+        trio.run(_serve_fleet, [node], [], True)
+    except BaseExceptionGroup as group:
+        fenced = group.subgroup(MainFenced)
+        if fenced is None:
+            raise
+        first: BaseException = fenced
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        log.critical("%s", first)
+        return EXIT_FENCED
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
     args = _build_parser().parse_args(argv)
@@ -180,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             config = load_fleet_config(args.config)
             node = config.main(args.node_id)
             _configure_logs(config, args.log_format, f"main-{node.broker.node_id}")
-            trio.run(_serve_fleet, [node], [], True)
-            return 0
+            return _run_main_broker(node)
         if args.command == "proxy":
             config = load_fleet_config(args.config)
             pnode = config.proxy(args.node_id)

@@ -29,6 +29,7 @@ from kafka_wire.record_batch import MAGIC_V2, BatchInfo
 __all__ = [
     "CONFIRM_RESULT_VERSION",
     "CONFIRM_VERSION",
+    "LIVENESS_VERSION",
     "META_CHANGED_VERSION",
     "RELAY_VERSION",
     "TXN_ALLOW_VERSION",
@@ -39,9 +40,11 @@ __all__ = [
     "ConfirmParams",
     "ConfirmPart",
     "ConfirmResult",
+    "MainUnreachable",
     "MalformedMessage",
     "MetaChanged",
     "PartitionOutcome",
+    "Probe",
     "RelayParams",
     "RelayResult",
     "TxnMarker",
@@ -57,6 +60,7 @@ CONFIRM_VERSION: Final = 2
 CONFIRM_RESULT_VERSION: Final = 1
 RELAY_VERSION: Final = 1
 META_CHANGED_VERSION: Final = 1
+LIVENESS_VERSION: Final = 1
 TXN_MARKERS_VERSION: Final = 1
 TXN_ALLOW_VERSION: Final = 1
 _DEFAULT_PRODUCE_VERSION: Final = 9
@@ -417,6 +421,46 @@ class MetaChanged:
     def from_wire(cls, msg: object) -> MetaChanged:
         _version(_map(msg, "meta_changed"), "meta_changed", META_CHANGED_VERSION)
         return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Main -> main (method ``probe``): are you there? The answer is a `Probe` naming the
+    answering node, so a probe that reached another process on the port does not count."""
+
+    node: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": LIVENESS_VERSION, "node": self.node}
+
+    @classmethod
+    def from_wire(cls, msg: object) -> Probe:
+        params = _map(msg, "probe")
+        _version(params, "probe", LIVENESS_VERSION)
+        return cls(_int(params.get("node"), "probe.node"))
+
+
+@dataclass(frozen=True, slots=True)
+class MainUnreachable:
+    """Proxy or main -> every other main (method ``main_unreachable``): this node lost its
+    connection to main `node` (`reason` for the log). Only the controller acts on it, and only
+    after its own probes confirm it (main_broker/cluster/watch.py). The answer says whether
+    the receiver is the controller."""
+
+    node: int
+    reason: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": LIVENESS_VERSION, "node": self.node, "reason": self.reason}
+
+    @classmethod
+    def from_wire(cls, msg: object) -> MainUnreachable:
+        params = _map(msg, "main_unreachable")
+        _version(params, "main_unreachable", LIVENESS_VERSION)
+        return cls(
+            _int(params.get("node"), "main_unreachable.node"),
+            _str(params.get("reason", ""), "main_unreachable.reason")[:200],
+        )
 
 
 @dataclass(frozen=True, slots=True)

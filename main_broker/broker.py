@@ -17,8 +17,11 @@ from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcPeer, RpcServer
 from internal_rpc.messages import (
+    LIVENESS_VERSION,
     AllowTxn,
+    MainUnreachable,
     MetaChanged,
+    Probe,
     RelayParams,
     RelayResult,
     WriteTxnMarkers,
@@ -349,6 +352,8 @@ class MainBroker:
                 "meta_changed": self._rpc_meta_changed,
                 "write_txn_markers": self._rpc_write_txn_markers,
                 "allow_txn": self._rpc_allow_txn,
+                "probe": self._rpc_probe,
+                "main_unreachable": self._rpc_main_unreachable,
             },
             {"state": self._rpc_state},
             meter=self.traffic.rpc,
@@ -368,6 +373,14 @@ class MainBroker:
 
     async def _rpc_allow_txn(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         return allow(self, AllowTxn.from_wire(params)).to_wire()
+
+    async def _rpc_probe(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
+        Probe.from_wire(params)
+        return Probe(self.config.node_id).to_wire()
+
+    async def _rpc_main_unreachable(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
+        self.cluster.main_unreachable(MainUnreachable.from_wire(params), peer.node_id)
+        return {"mv": LIVENESS_VERSION}
 
     async def _allocate_producer_id(self) -> int:
         return self.cluster.producer_id(await self.store.allocate_producer_id())
@@ -437,9 +450,9 @@ class MainBroker:
 
     def may_append(self, plog: PartitionLog) -> bool:
         """Whether this main appends to the partition: it leads it, no reassignment is moving
-        it away, and (clustered) its copy of the metadata is recent enough that no other main
-        can have taken the partition over (main_broker/cluster/handoff.py)."""
-        return plog.owned and not plog.fenced and self.cluster.fresh()
+        it away. (Another main that takes it over without this one's seal fences this main's
+        WAL first: main_broker/cluster/handoff.py.)"""
+        return plog.owned and not plog.fenced
 
     def storage_failure(self) -> str | None:
         """Why the WAL takes no writes (None while it does). Both answers are the retriable

@@ -12,6 +12,11 @@ from telemetry.ledger_upload import DEFAULT_UPLOAD_INTERVAL_S
 from zone_router import Node
 
 
+def main_writer_id(node_id: int) -> str:
+    """A main's WAL writer id, by which the other mains find its WAL to take over from."""
+    return f"main-{node_id}"
+
+
 @dataclass(frozen=True)
 class MainPeer:
     """A main broker of the fleet as its peers and clients reach it."""
@@ -116,7 +121,7 @@ class BrokerConfig:
 
     @property
     def wal_writer_id(self) -> str:
-        return self.writer_id or f"main-{self.node_id}"
+        return self.writer_id or main_writer_id(self.node_id)
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -77,7 +77,6 @@ class PartitionLog:
         # appends no more, but keeps its un-uploaded batches (WAL retention, links floor)
         # until the new leader has taken them over.
         self.fenced = False
-        self.fenced_since = 0.0  # trio.current_time() when it was fenced
         # Committed objects of this partition (the manifest's stream), when an object store
         # is configured; offsets below the WAL index are read from them.
         self.objects: StreamManifest | None = None

@@ -69,14 +69,17 @@ class Lease:
         return cls(*(expect_int(raw.get(name), name, LeaseFormatError) for name in fields))
 
 
-def next_lease(current: Lease | None, me: int, at_ms: int, duration_ms: int) -> Lease | None:
+def next_lease(
+    current: Lease | None, me: int, at_ms: int, duration_ms: int, dead_holder: int | None = None
+) -> Lease | None:
     """The lease `me` should write now: a renewal of its own, a takeover of an expired one (or
-    of none), or None while someone else's is still valid."""
+    of none, or of `dead_holder`'s: a holder whose process is known to be gone), or None
+    while someone else's is still valid."""
     if current is None:
         return Lease(me, 1, at_ms, at_ms + duration_ms)
     if current.holder == me and current.expires_ms > at_ms:
         return Lease(me, current.epoch, current.acquired_ms, at_ms + duration_ms)
-    if current.expires_ms <= at_ms:
+    if current.expires_ms <= at_ms or (dead_holder is not None and current.holder == dead_holder):
         return Lease(me, current.epoch + 1, at_ms, at_ms + duration_ms)
     return None
 
@@ -129,7 +132,14 @@ class LeaseKeeper:
             return None
         return self.lease.holder
 
-    async def step(self) -> None:
+    async def seize(self, dead_holder: int) -> bool:
+        """Take the lease from `dead_holder` without waiting for it to expire: only for a
+        holder whose process is gone (its port refuses connections), which renews and acts no
+        more. True once this node holds it."""
+        await self.step(dead_holder)
+        return self.holding
+
+    async def step(self, dead_holder: int | None = None) -> None:
         """Read the lease and renew or take it when due; never raises for a lost race."""
         found = await self.store.get(self.key)
         current: Lease | None = None
@@ -141,7 +151,7 @@ class LeaseKeeper:
                 current = Lease(-1, 0, 0, 0)  # expired: anyone may take it
         self.lease, self.etag = current, found[1] if found is not None else None
         started = trio.current_time()
-        wanted = next_lease(current, self.me, _now_ms(), self.duration_ms)
+        wanted = next_lease(current, self.me, _now_ms(), self.duration_ms, dead_holder)
         if wanted is not None:
             try:
                 self.etag = await self.store.put(

@@ -83,21 +83,24 @@ def fence_path(writer_id: str) -> str:
     return f"{storage.wal_dir(writer_id)}/{FENCE_NAME}"
 
 
-def fence_writer(filesystem: storage.FS, writer_id: str, by: int, reason: str) -> WalFence:
-    """Blocking: fence `writer_id` (idempotent: a fence already there stays as it was). Its
-    name is durable before this returns, so a check that follows sees it."""
+def fence_writer(
+    filesystem: storage.FS, writer_id: str, by: int, reason: str
+) -> tuple[WalFence, bool]:
+    """Blocking: fence `writer_id`; (the fence, whether this call made it). Idempotent: a
+    fence already there stays as it was. Its name is durable before this returns, so a check
+    that follows sees it."""
     path = fence_path(writer_id)
     if filesystem.exists(path):
         found = read_fence(filesystem, writer_id)
         if found is not None:
-            return found
+            return found, False
     fence = WalFence(writer_id, by, int(time.time() * 1000), reason)
     filesystem.makedirs(storage.wal_dir(writer_id), recreate=True)
     with filesystem.openbin(path, "wb") as f:
         f.write(fence.to_bytes())
         storage.sync_file(f)
     storage.sync_dir(filesystem, storage.wal_dir(writer_id))
-    return fence
+    return fence, True
 
 
 def is_fenced(filesystem: storage.FS, writer_id: str) -> bool:

@@ -4,6 +4,7 @@ listing, and which of the source's WAL records the target takes over."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import msgpack
@@ -21,9 +22,7 @@ from main_broker.cluster.reassignment import (
     MoveRefused,
     Tail,
     TailCollector,
-    acknowledge_allowed,
     cancel_move,
-    document_fresh,
     evacuate,
     finish_move,
     ongoing_listing,
@@ -284,6 +283,11 @@ def test_evacuate_dead_mains() -> None:
     # Spread over the least loaded live mains (each leads 2), lowest id first on ties.
     assert sorted(m.target for m in moved.moves.values()) == [1, 3]
     assert all(m.source == 2 and m.epoch == 1 and m.state == FENCING for m in moved.moves.values())
+    # Found dead by the controller: the target fences the source's WAL, no seal awaited.
+    assert all(m.source_dead for m in moved.moves.values())
+    raw = moved.moves[("orders", led_by_2[0])].to_json()
+    assert raw["dead"] is True and Move.from_json(raw).source_dead
+    assert "dead" not in replace(moved.moves[("orders", led_by_2[0])], source_dead=False).to_json()
     assert evacuate(moved, {2}, [1, 3], 6) is moved  # already moving: nothing new
     # A target that dies: the move is cancelled while its source lives...
     key = ("orders", led_by_2[0])
@@ -294,6 +298,11 @@ def test_evacuate_dead_mains() -> None:
     other = next(n for n in (1, 3) if n != dying)
     again = evacuate(sealed, {2, dying}, [other], 8).moves[key]
     assert (again.target, again.state, again.end, again.epoch) == (other, SEALED, 40, 1)
+    # A move requested of a main that then died: no seal is coming either.
+    requested = request_move(doc, "orders", led_by_2[1], 1 if led_by_2[1] != 1 else 3, 9)
+    key2 = ("orders", led_by_2[1])
+    assert not requested.moves[key2].source_dead
+    assert evacuate(requested, {2}, [1, 3], 10).moves[key2].source_dead
 
 
 def test_golden_takeover_record_header() -> None:
@@ -313,16 +322,3 @@ def test_golden_takeover_record_header() -> None:
         "a27072 91 93 07 00 91 95 00 04 5f 63 cf0000018bcfe56800"  # "pr": producer rows
         "a27478 82 a16f 91 92 08 62 a161 91 93 09 5a 61"  # "tx": transactions below "s"
     ).replace(" ", "")
-
-
-def test_fencing_windows() -> None:
-    """A main of several appends while its document copy is younger than half the session
-    timeout, and acknowledges a moving partition's appends only that long after fencing."""
-    timeout = 18.0
-    assert not document_fresh(100.0, None, timeout)  # never read
-    assert document_fresh(100.0, 91.5, timeout)
-    assert not document_fresh(100.0, 91.0, timeout)
-    assert acknowledge_allowed(100.0, 99.0, None, timeout)
-    assert acknowledge_allowed(100.0, 99.0, 92.0, timeout)  # fenced 8 s ago: a late commit
-    assert not acknowledge_allowed(100.0, 99.0, 91.0, timeout)  # fenced 9 s ago
-    assert not acknowledge_allowed(100.0, 80.0, None, timeout)  # stale document

@@ -43,8 +43,9 @@ async def test_a_fenced_writer_acknowledges_nothing_more(wal_fs: FS) -> None:
     async with running(wal):
         before = await wal.append(RecordType.DATA, {"n": 1}, b"acknowledged")
         assert not is_fenced(wal_fs, "main-7")
-        fence = fence_writer(wal_fs, "main-7", 3, "test")
-        assert fence_writer(wal_fs, "main-7", 4, "again") == fence  # the first one stays
+        fence, made = fence_writer(wal_fs, "main-7", 3, "test")
+        assert made
+        assert fence_writer(wal_fs, "main-7", 4, "again") == (fence, False)  # the first stays
         assert read_fence(wal_fs, "main-7") == fence
         with pytest.raises(WalFenced):
             await wal.append(RecordType.DATA, {"n": 2}, b"written, never acknowledged")

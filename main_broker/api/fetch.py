@@ -27,6 +27,8 @@ LATEST = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # KIP-405, ListOffsets v8+: the first offset the WAL (the "local log") holds
 LATEST_TIERED = -5  # KIP-1005, v9+: the last offset the object store (the "remote" tier) holds
+# After a pause, how long a fetch waits for this main to vouch for its leadership again.
+UNVOUCHED_WAIT_S = 1.0
 
 
 class _LookupTimedOut(Exception):
@@ -66,10 +68,43 @@ class _BrokerFetchSource:
         self._broker.metrics.bytes_out.labels(topic).inc(nbytes)
 
 
+class _NotLed:
+    """A partition as a main that cannot vouch for its leadership answers it."""
+
+    __slots__ = ()
+    owned = False
+
+
+class _NotLedTopic:
+    __slots__ = ("name", "partitions", "topic_id")
+
+    def __init__(self, state: TopicState) -> None:
+        self.name = state.name
+        self.topic_id = state.topic_id
+        self.partitions = [_NotLed()] * len(state.partitions)
+
+
+class _UnvouchedFetchSource(_BrokerFetchSource):
+    """Every partition NOT_LEADER_OR_FOLLOWER: after a pause this main has not yet looked
+    whether another took its partitions over (main_broker/cluster/liveness.py)."""
+
+    def topic_by_name(self, name: str) -> Any:
+        state = super().topic_by_name(name)
+        return None if state is None else _NotLedTopic(state)
+
+    def topic_by_id(self, topic_id: bytes) -> Any:
+        state = super().topic_by_id(topic_id)
+        return None if state is None else _NotLedTopic(state)
+
+
 async def fetch(broker: BrokerServices, ctx: RequestContext, req: Any) -> Sequence[Buffer]:
     header = ctx.header
+    source = _BrokerFetchSource(broker)
+    cluster = broker.cluster
+    if not cluster.reads_fresh() and not await cluster.wait_reads_fresh(UNVOUCHED_WAIT_S):
+        source = _UnvouchedFetchSource(broker)
     return await serve_fetch(
-        _BrokerFetchSource(broker),
+        source,
         header.api_version,
         header.correlation_id,
         req,

@@ -15,17 +15,15 @@ of the cluster metadata document:
 - as a former leader, it drops the partition's stream from its own manifest once another main
   leads it (the objects stay: the new leader's manifest lists them).
 
-A dead source never seals. The target goes ahead without the seal once the source's node
-registration is dead or stopped and the target has seen the move for `fence_window_s` (the
-session timeout). That is safe because a main refuses appends when its last successful read of
-the document started more than half the session timeout ago, and acknowledges a durable append
-only while that holds and, for a partition being moved away, within half the session timeout
-of fencing it (`ClusterRole.fresh`, `may_acknowledge`): a source cut off from the metadata
-store stops acknowledging before the target reads its WAL, and one that can read it saw the
-move and fenced the partition. What the source had acknowledged is durable in its WAL on the
-shared file system, which the target reads to its end. Not covered: a shared file system that
-shows the target a stale view of the WAL. The controller starts such moves for a dead main's
-partitions (reassignment.evacuate, ClusterRole._evacuate).
+A dead source never seals. The target goes ahead without the seal once the controller marked
+the move `source_dead` (it found the source dead, main_broker/cluster/liveness.py) or the
+source's node registration is dead or stopped. It first fences the source's WAL
+(shared_wal/fence.py: `wal/main-<source>/FENCED`), then reads that WAL to its end. The source,
+if it is only paused or cut off, checks for the fence after every group commit and acknowledges
+nothing written after it: what it acknowledged is in the WAL the target reads, through the one
+shared file system, whatever the clocks say. A fenced main stops (ClusterRole); its next
+incarnation lifts the fence once no move from it is under way. The controller starts such moves
+for a dead main's partitions (reassignment.evacuate, ClusterRole._evacuate).
 """
 
 from __future__ import annotations
@@ -50,11 +48,13 @@ from main_broker.cluster.reassignment import (
     seal_move,
     takeover_header,
 )
+from main_broker.config import main_writer_id
 from s3_commit import ObjectStoreError
 from s3_commit.manifest import Manifest, StreamKey, manifest_key
 from s3_commit.node_registry import NodeRegistration, now_ms, registration_key
 from shared_wal import WalReader
 from shared_wal.broker_records import PreparedLink, rebuild_linked_batch
+from shared_wal.fence import fence_writer
 
 if TYPE_CHECKING:
     from main_broker.cluster.doc import ClusterDoc
@@ -87,14 +87,12 @@ class HandoffHost(Protocol):
 
 
 class Handoff:
-    def __init__(self, broker: HandoffHost, role: ClusterRole, fence_window_s: float) -> None:
+    def __init__(self, broker: HandoffHost, role: ClusterRole) -> None:
         self.broker = broker
         self.role = role
         self.node_id = role.node_id
-        self.fence_window_s = fence_window_s
         self._nursery: trio.Nursery | None = None
         self._running: set[tuple[str, int, int, str]] = set()
-        self._first_seen: dict[tuple[str, int, int], float] = {}
         self._doc: ClusterDoc | None = None
         self._doc_changed = trio.Event()
         # Per source main, the takeovers waiting for the next scan of its WAL.
@@ -154,22 +152,14 @@ class Handoff:
                 if plog.leader_epoch != epoch and not (taking_over and plog.leader_epoch > epoch):
                     plog.leader_epoch = epoch
                     changed = True
-                if fenced and not plog.fenced:
-                    plog.fenced_since = trio.current_time()
                 plog.fenced = fenced
                 if changed:
                     store.partition_moved(plog)
-        seen = set()
         for move in doc.moves.values():
-            key = (move.topic, move.partition, move.epoch)
-            seen.add(key)
-            self._first_seen.setdefault(key, time.monotonic())
             if move.source == self.node_id and move.state != SEALED:
                 self._start(move, "seal", self._seal)
             if move.target == self.node_id:
                 self._start(move, "takeover", self._takeover)
-        for key in set(self._first_seen) - seen:
-            del self._first_seen[key]
         if self.broker.objects is not None:
             self._start_release(doc)
 
@@ -235,7 +225,7 @@ class Handoff:
             current = self._current(move)
             if current is None:
                 return
-            if current.state == SEALED or await self._source_dead(current):
+            if current.state == SEALED or current.source_dead or await self._source_dead(current):
                 break
             with trio.move_on_after(SEAL_POLL_S * 5):
                 await self._doc_changed.wait()
@@ -257,9 +247,8 @@ class Handoff:
             return
 
     async def _source_dead(self, move: Move) -> bool:
-        seen = self._first_seen.get((move.topic, move.partition, move.epoch))
-        if seen is None or time.monotonic() - seen < self.fence_window_s:
-            return False
+        """Whether the source's registration says it is gone (a move requested of a main
+        that then died, before the controller marks it)."""
         try:
             found = await self.role.astore.get(registration_key("main", move.source))
         except (ObjectStoreError, OSError):
@@ -284,6 +273,18 @@ class Handoff:
                 stream = Manifest.from_bytes(found[0]).streams.get(key)
         start = stream.end_offset if stream is not None else 0
         sealed = move.state == SEALED
+        if not sealed:
+            # Fenced before the scan: whatever the source acknowledged is in what we read.
+            fence, made = await trio.to_thread.run_sync(
+                fence_writer,
+                store.reader.fs,
+                main_writer_id(move.source),
+                self.node_id,
+                f"main {self.node_id} takes its partitions over without a seal",
+                limiter=store.batches.limiter,
+            )
+            if made:
+                log.warning("fenced main %d's WAL: %s", move.source, fence.reason)
         tail = await self._tail(move, plog.topic_id, start, move.wal_end if sealed else None)
         if sealed and tail.end < move.end:
             raise TakeoverIncomplete(
@@ -361,7 +362,7 @@ class Handoff:
             TailCollector(r.move.topic, r.move.partition, r.topic_id, r.start) for r in requests
         ]
         by_partition: dict[Any, TailCollector] = {(c.topic, c.partition): c for c in collectors}
-        reader = WalReader(store.reader.fs, f"main-{source}")
+        reader = WalReader(store.reader.fs, main_writer_id(source))
         try:
             segments = reader.segments()
             records = reader.iter_records(segments[0], end) if segments else iter(())

@@ -38,9 +38,7 @@ __all__ = [
     "MoveRefused",
     "Tail",
     "TailCollector",
-    "acknowledge_allowed",
     "cancel_move",
-    "document_fresh",
     "evacuate",
     "finish_move",
     "moves_from_json",
@@ -85,6 +83,9 @@ class Move:
     end: int = -1  # sealed: the partition's end offset at the source
     wal_end: int = -1  # sealed: the source's WAL end after its last append to the partition
     started_ms: int = 0
+    # The controller found the source dead: the target fences the source's WAL and takes the
+    # partition over without waiting for a seal.
+    source_dead: bool = False
 
     @property
     def key(self) -> PartitionKey:
@@ -101,6 +102,7 @@ class Move:
             "end": self.end,
             "wal_end": self.wal_end,
             "started_ms": self.started_ms,
+            **({"dead": True} if self.source_dead else {}),
         }
 
     @classmethod
@@ -115,6 +117,7 @@ class Move:
             int(raw["end"]),
             int(raw["wal_end"]),
             int(raw["started_ms"]),
+            raw.get("dead") is True,
         )
         if move.state not in STATES or move.partition < 0 or move.source == move.target:
             raise ValueError(f"bad reassignment entry {dict(raw)!r}")
@@ -261,7 +264,8 @@ def evacuate(doc: ClusterDoc, dead: set[int], live: list[int], now_ms: int) -> C
     leads the fewest partitions (moves under way counted at their target; ties: lowest id).
     A move whose target died is cancelled when its source lives (the source resumes), and
     goes to such a main when both died (sealed or not: the dead target never finished, and
-    it cannot finish a move that names another main)."""
+    it cannot finish a move that names another main). Every move off a dead main is marked
+    `source_dead`: its target fences the source's WAL rather than waiting for a seal."""
     if not dead or not live:
         return doc
     load = dict.fromkeys(live, 0)
@@ -282,9 +286,11 @@ def evacuate(doc: ClusterDoc, dead: set[int], live: list[int], now_ms: int) -> C
     for key in sorted(moves):
         move = moves[key]
         if move.target not in dead:
+            if move.source in dead and not move.source_dead:
+                moves[key] = replace(move, source_dead=True)  # no seal is coming
             continue
         if move.source in dead:
-            moves[key] = replace(move, target=least_loaded())
+            moves[key] = replace(move, target=least_loaded(), source_dead=True)
         else:
             del moves[key]  # cancelled: the live source leads on
     for name in sorted(doc.topics):
@@ -294,7 +300,7 @@ def evacuate(doc: ClusterDoc, dead: set[int], live: list[int], now_ms: int) -> C
                 epoch = meta.epochs[partition] + 1
                 target = least_loaded()
                 moves[(name, partition)] = Move(
-                    name, partition, leader, target, epoch, FENCING, -1, -1, now_ms
+                    name, partition, leader, target, epoch, FENCING, -1, -1, now_ms, True
                 )
     if moves == doc.moves:
         return doc
@@ -501,23 +507,6 @@ class TailCollector:
         tail.producers = self.producers.to_snapshot(max(tail.end, self.next_offset))
         tail.txns = self.txns.to_snapshot(self.start)
         return tail
-
-
-def document_fresh(now: float, read_started: float | None, session_timeout_s: float) -> bool:
-    """A main of several may append while its last successful read of the document began
-    less than half the session timeout ago: a target takes a dead main's partition over only
-    after a whole session timeout, so such a main has seen the move (and fenced) by then."""
-    return read_started is not None and now - read_started < session_timeout_s / 2
-
-
-def acknowledge_allowed(
-    now: float, read_started: float | None, fenced_since: float | None, session_timeout_s: float
-) -> bool:
-    """Whether a durable append may be acknowledged: the document is fresh, and a partition
-    being moved away (`fenced_since` set) was fenced less than half the session timeout ago."""
-    if not document_fresh(now, read_started, session_timeout_s):
-        return False
-    return fenced_since is None or now - fenced_since < session_timeout_s / 2
 
 
 def takeover_header(move: Move, tail: Tail) -> dict[str, Any]:

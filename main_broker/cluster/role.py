@@ -20,18 +20,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from internal_rpc import RpcClient, RpcError
-from internal_rpc.messages import MetaChanged
+from internal_rpc.messages import MainUnreachable, MetaChanged
 from main_broker.cluster.controller import Controller, Membership
 from main_broker.cluster.doc import ClusterDoc, TopicExists, TopicMeta, UnknownTopic
 from main_broker.cluster.handoff import Handoff, HandoffHost
-from main_broker.cluster.reassignment import acknowledge_allowed, document_fresh, evacuate
+from main_broker.cluster.reassignment import evacuate
 from main_broker.cluster.sync import ClusterMetadata
+from main_broker.cluster.watch import MainWatch
 from main_broker.config import MainPeer
 from main_broker.log_store import TopicState
 from main_broker.partition_log import PartitionLog
 from main_broker.security.doc_store import DocumentStore, ObjectDocuments
 from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.node_registry import NodeRegistrar, NodeRegistration
+from shared_wal.fence import is_fenced, lift_fence
 from zone_router import group_coordinator
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ log = logging.getLogger("zonefleet.main_broker.cluster")
 # Producer ids are striped by node id so that mains never hand out the same one.
 PRODUCER_ID_STRIDE = 4096
 POKE_TIMEOUT_S = 2.0
+FENCE_LIFT_POLL_S = 0.5
 
 
 class RoleHost(HandoffHost, Protocol):
@@ -87,7 +90,7 @@ class ClusterRole:
         store.traffic_hook = broker.traffic.s3_request
         self.meta = ClusterMetadata(store, cfg.cluster_id, self._on_doc, cfg.metadata_poll_s)
         self.session_timeout_s = cfg.session_timeout_s
-        self.handoff = Handoff(broker, self, cfg.session_timeout_s)
+        self.handoff = Handoff(broker, self)
         self.astore = AsyncObjectStore(store, max_threads=2)
         self.controller = Controller(
             self.astore,
@@ -99,6 +102,9 @@ class ClusterRole:
             on_members=self._evacuate if cfg.reassign_dead_mains else None,
         )
         self.registrar: NodeRegistrar | None = None
+        self.reassign_dead_mains = cfg.reassign_dead_mains
+        # With one main nothing is ever taken over from it: no probes, no fence.
+        self.watch = MainWatch(self, cfg.wal_writer_id) if len(self.main_ids) > 1 else None
         self._apply_lock = trio.Lock()
         # Metered like every other RPC client: the pokes' frames cross zones and are booked by
         # their sender (tests/test_netns_cost_report.py found them missing from the ledger).
@@ -127,12 +133,44 @@ class ClusterRole:
 
             await self.meta.update(adopt)
         await self._apply(self.meta.doc)
+        if self.watch is not None:
+            await self._lift_own_fence()
+            self.broker.store.wal.fence_check = True
+            await self.watch.check_fence()
+
+    async def _lift_own_fence(self) -> None:
+        """A fence left on this main's WAL (shared_wal/fence.py) by a main that took its
+        partitions over while a previous incarnation was dead or paused: lifted once no move
+        from this main is under way (a takeover reads the WAL with the fence up)."""
+        fs = self.broker.store.reader.fs
+        writer = self.broker.config.wal_writer_id
+        waiting = False
+        while await trio.to_thread.run_sync(is_fenced, fs, writer):
+            moving = sorted(
+                f"{m.topic}-{m.partition}" for m in self.meta.doc.moves.values()
+                if m.source == self.node_id
+            )  # fmt: skip
+            if not moving:
+                await trio.to_thread.run_sync(lift_fence, fs, writer)
+                log.warning("lifted the fence on WAL %s: nothing is taken over from it", writer)
+                return
+            if not waiting:
+                waiting = True
+                log.warning(
+                    "WAL %s is fenced while %s are taken over from it: waiting for them",
+                    writer,
+                    ", ".join(moving),
+                )
+            await trio.sleep(FENCE_LIFT_POLL_S)
+            await self.meta.refresh()
 
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.controller.run)
                 nursery.start_soon(self.handoff.run)
+                if self.watch is not None:
+                    nursery.start_soon(self.watch.run)
                 await self.meta.run()
         finally:
             with trio.CancelScope(shield=True):
@@ -172,24 +210,18 @@ class ClusterRole:
         await self._apply(doc)
         self.handoff.on_doc(doc)
 
-    def fresh(self) -> bool:
-        """Whether this main may append (reassignment.document_fresh). A lone main has no
-        one to hand over to: it goes on through a metadata store outage."""
-        if len(self.main_ids) == 1:
-            return True
-        return document_fresh(trio.current_time(), self.meta.read_started, self.session_timeout_s)
+    def reads_fresh(self) -> bool:
+        """Whether this main may serve reads now (liveness.reads_fresh): after a pause it
+        waits for a look at its WAL's fence first."""
+        return self.watch is None or self.watch.reads_fresh()
+
+    async def wait_reads_fresh(self, timeout_s: float) -> bool:
+        return self.watch is None or await self.watch.wait_reads_fresh(timeout_s)
 
     def may_acknowledge(self, plog: PartitionLog) -> bool:
-        """Whether an append that just became durable may be acknowledged: the document is
-        fresh, and a partition being moved away was fenced less than half the session timeout
-        ago (its target reads this main's WAL without a seal only after a whole one)."""
-        if len(self.main_ids) == 1:
-            return True
-        fenced_since = plog.fenced_since if plog.fenced else None
-        now = trio.current_time()
-        return acknowledge_allowed(
-            now, self.meta.read_started, fenced_since, self.session_timeout_s
-        )
+        """Always: the WAL writer looked for a fence after the group commit (shared_wal/fence.py),
+        so an append another main may have missed never gets here."""
+        return True
 
     def poke_peers(self) -> None:
         self._poke_peers()
@@ -200,13 +232,26 @@ class ClusterRole:
         mains = set(self.main_ids)
         dead = {r.node_id for r in members.dead if r.role == "main"} & mains
         live = sorted({r.node_id for r in members.alive if r.role == "main"} & mains)
+        await self.evacuate_dead(dead, live, dict.fromkeys(dead, "no heartbeat"))
+
+    async def evacuate_dead(self, dead: set[int], live: list[int], why: dict[int, str]) -> int:
+        """Move the partitions of the `dead` mains to the `live` ones (marked source_dead: the
+        targets fence the dead mains' WALs); the number of partitions newly moving."""
         now = int(time.time() * 1000)
-        if evacuate(self.meta.doc, dead, live, now) is self.meta.doc:
-            return
+        before = self.meta.doc
+        if evacuate(before, dead, live, now) is before:
+            return 0
         doc = await self.meta.update(lambda d: evacuate(d, dead, live, now))
-        moving = sorted(f"{m.topic}-{m.partition}->{m.target}" for m in doc.moves.values())
-        log.warning("moving dead mains' %s partitions: %s", sorted(dead), ", ".join(moving))
+        moving = sorted(
+            f"{m.topic}-{m.partition}->{m.target}" for m in doc.moves.values() if m.source in dead
+        )
+        log.warning(
+            "moving dead mains' partitions (%s): %s",
+            "; ".join(f"main {n}: {why.get(n, 'dead')}" for n in sorted(dead)),
+            ", ".join(moving),
+        )
         self.poke_peers()
+        return len(moving)
 
     # -- the document -> local state ---------------------------------------------------------
 
@@ -273,6 +318,10 @@ class ClusterRole:
 
     def poke(self) -> None:
         self.meta.poke()
+
+    def main_unreachable(self, report: MainUnreachable, reporter: int) -> None:
+        if self.watch is not None:
+            self.watch.report(report, reporter)
 
     def documents(self) -> DocumentStore:
         return ObjectDocuments(self.astore)  # next to the metadata document

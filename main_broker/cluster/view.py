@@ -25,6 +25,7 @@ from main_broker.security.doc_store import DocumentStore, WalDocuments
 
 if TYPE_CHECKING:
     from internal_rpc import RpcClient
+    from internal_rpc.messages import MainUnreachable
     from main_broker.log_store import LogStore, TopicState
     from main_broker.partition_log import PartitionLog
 
@@ -62,8 +63,13 @@ class ClusterView(Protocol):
         """The internal RPC client to another main (None: no such main, or no RPC)."""
         ...
 
-    def fresh(self) -> bool:
-        """Whether this main's view of partition leadership is recent enough to append."""
+    def reads_fresh(self) -> bool:
+        """Whether this main may serve reads now: no other main can have taken a partition
+        over from it unnoticed (main_broker/cluster/liveness.py)."""
+        ...
+
+    async def wait_reads_fresh(self, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until `reads_fresh`; what it is then."""
         ...
 
     def may_acknowledge(self, plog: PartitionLog) -> bool:
@@ -76,6 +82,10 @@ class ClusterView(Protocol):
 
     def poke(self) -> None:
         """Another main says the shared metadata changed: read it soon."""
+        ...
+
+    def main_unreachable(self, report: MainUnreachable, reporter: int) -> None:
+        """A proxy or main lost its connection to a main (main_broker/cluster/watch.py)."""
         ...
 
     def documents(self) -> DocumentStore:
@@ -157,8 +167,11 @@ class LoneMain:
     def peer_rpc(self, node_id: int) -> RpcClient | None:
         return None
 
-    def fresh(self) -> bool:
+    def reads_fresh(self) -> bool:
         return True  # no other main can take a partition over
+
+    async def wait_reads_fresh(self, timeout_s: float) -> bool:
+        return True
 
     def may_acknowledge(self, plog: PartitionLog) -> bool:
         return True
@@ -168,6 +181,9 @@ class LoneMain:
 
     def poke(self) -> None:
         pass
+
+    def main_unreachable(self, report: MainUnreachable, reporter: int) -> None:
+        pass  # no other main to lose
 
     def documents(self) -> DocumentStore:
         return WalDocuments(self._store)
