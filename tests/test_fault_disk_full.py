@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from main_broker.broker import MainBroker
+from main_broker.config import BrokerConfig
 from shared_wal import RecordType, WalConfig, WalReader, WalWriter, open_wal_fs, storage
 from shared_wal.scan import SegmentScan
+from tests.ports import free_port
 from tests.wal_helpers import running
+from tests.zone_fleet import check_exactly_once_in_order, consume_confluent
 
 TMPFS_BYTES = 32 * 1024 * 1024
 
@@ -158,3 +167,158 @@ async def test_closing_while_a_group_is_held_fails_its_tickets(tmp_path: Path) -
             with pytest.raises(Exception, match="closed while retrying"):
                 await ticket.wait()
         fs.close()
+
+
+# -- a lone main, real clients ----------------------------------------------------------------
+
+
+class ContinuousProducer:
+    """An idempotent acks=all confluent-kafka producer writing `prefix-<i>` until stopped, in
+    its own thread; counts what was acknowledged and keeps every delivery error."""
+
+    def __init__(self, bootstrap: str, topic: str, prefix: str, value_bytes: int = 1000) -> None:
+        self.topic = topic
+        self.prefix = prefix
+        self.pad = b"." * value_bytes
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "delivery.timeout.ms": 300_000,
+            }
+        )
+        self.sent = 0
+        self.acked = 0
+        self.errors: list[KafkaError] = []
+        self.flushed: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.acked += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = f"{self.prefix}-{self.sent}".encode()
+            try:
+                self.producer.produce(
+                    self.topic, value + b"|" + self.pad, on_delivery=self._delivered
+                )
+            except BufferError:  # the local queue is full while the broker refuses: wait
+                self.producer.poll(0.1)
+                continue
+            self.sent += 1
+            self.producer.poll(0.001)  # pacing: about a thousand records a second at most
+        self.flushed = self.producer.flush(120)
+
+    def start(self) -> ContinuousProducer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(180)
+        assert not self._thread.is_alive(), "the producer did not finish"
+
+
+def strip(records: list[Any]) -> list[Any]:
+    return [(p, o, v.split(b"|", 1)[0]) for p, o, v in records]
+
+
+async def until(check: Any, what: str, timeout: float = 60.0) -> float:
+    """Wait (polling) until `check()` is true; returns the seconds it took."""
+    started = time.monotonic()
+    with trio.fail_after(timeout):
+        while not check():
+            await trio.sleep(0.02)
+    return time.monotonic() - started
+
+
+def probe_produce(bootstrap: str, topic: str) -> KafkaError | None:
+    """One record, no retries: the error the broker answers (None: acknowledged)."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "retries": 0, "enable.idempotence": False}
+    )
+    result: list[KafkaError | None] = []
+    producer.produce(topic, b"probe", on_delivery=lambda err, _m: result.append(err))
+    assert producer.flush(30) == 0
+    return result[0]
+
+
+def create_topics(bootstrap: str, *names: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+        future.result(30)
+
+
+async def test_lone_main_survives_a_full_wal_file_system(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with small_tmpfs(tmp_path / "wal") as wal_root:
+        config = BrokerConfig(
+            node_id=1,
+            zone="az1",
+            wal_url=f"osfs://{wal_root}",
+            port=free_port(),
+            wal=WalConfig(segment_bytes=4 * 1024 * 1024),
+        )
+        broker = MainBroker(config)
+        filler = wal_root / "filler"
+        caplog.set_level(logging.INFO)
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(broker.run)
+            bootstrap = f"127.0.0.1:{port}"
+            await trio.to_thread.run_sync(create_topics, bootstrap, "t", "probe")
+            producer = ContinuousProducer(bootstrap, "t", "df").start()
+            try:
+                await until(lambda: producer.acked >= 500, "acknowledged before the fault")
+                await trio.to_thread.run_sync(fill, filler)
+                wal = broker.store.wal
+                await until(lambda: wal.stalled is not None, "the WAL stalls")
+                stalled_at = time.monotonic()
+                acked_at_stall = producer.acked
+                # New produce: the retriable KAFKA_STORAGE_ERROR, answered at once.
+                err = await trio.to_thread.run_sync(probe_produce, bootstrap, "probe")
+                # KAFKA_STORAGE_ERROR is retriable in Kafka's protocol (KafkaStorageException
+                # is an InvalidMetadataException): a client with retries left retries it.
+                assert err is not None and err.code() == KafkaError.KAFKA_STORAGE_ERROR, err
+                assert not broker.storage_failed and wal.failed is None
+                # No corrupt segment: every record checks; only an unacknowledged tail (a
+                # partial group) may follow the durable end.
+                durable = wal.end_offset
+                await trio.to_thread.run_sync(
+                    check_segments, wal_root, config.wal_writer_id, durable
+                )
+                assert producer.acked - acked_at_stall <= 1000  # nothing more gets through
+                # Space returns: the held group is written, produce resumes by itself.
+                filler.unlink()
+                recovered_s = await until(lambda: wal.stalled is None, "the WAL writes again")
+                await until(lambda: producer.acked >= acked_at_stall + 1000, "produce resumes")
+                resumed_s = time.monotonic() - stalled_at
+                assert await trio.to_thread.run_sync(probe_produce, bootstrap, "probe") is None
+            finally:
+                await trio.to_thread.run_sync(producer.stop)
+            assert producer.flushed == 0 and producer.errors == []
+            assert producer.acked == producer.sent
+            records = await trio.to_thread.run_sync(
+                consume_confluent, bootstrap, "az1", "t", 1, producer.sent
+            )
+            check_exactly_once_in_order(strip(records), producer.sent, "df")
+            await trio.to_thread.run_sync(
+                check_segments, wal_root, config.wal_writer_id, broker.store.wal.end_offset
+            )
+            nursery.cancel_scope.cancel()
+        stalls = [r for r in caplog.records if "holding it and writing it again" in r.getMessage()]
+        assert len(stalls) == 1, [r.getMessage() for r in stalls]
+        tracebacks = [r for r in caplog.records if r.exc_info and r.name.startswith("zonefleet")]
+        assert not tracebacks, [r.getMessage() for r in tracebacks]
+        print(
+            f"disk full: stalled with {acked_at_stall} acknowledged; writing again "
+            f"{recovered_s:.2f} s after the filler went, produce resumed "
+            f"{resumed_s:.1f} s after the stall began; {producer.sent} records read back"
+        )
