@@ -15,7 +15,6 @@ import errno
 import logging
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +22,14 @@ from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from main_broker.broker import MainBroker
 from main_broker.config import BrokerConfig
 from shared_wal import RecordType, WalConfig, WalReader, WalWriter, open_wal_fs, storage
 from shared_wal.scan import SegmentScan
+from tests.fault_helpers import ContinuousProducer, probe_produce, strip, until
 from tests.ports import free_port
 from tests.wal_helpers import running
 from tests.zone_fleet import check_exactly_once_in_order, consume_confluent
@@ -170,84 +170,6 @@ async def test_closing_while_a_group_is_held_fails_its_tickets(tmp_path: Path) -
 
 
 # -- a lone main, real clients ----------------------------------------------------------------
-
-
-class ContinuousProducer:
-    """An idempotent acks=all confluent-kafka producer writing `prefix-<i>` until stopped, in
-    its own thread; counts what was acknowledged and keeps every delivery error."""
-
-    def __init__(self, bootstrap: str, topic: str, prefix: str, value_bytes: int = 1000) -> None:
-        self.topic = topic
-        self.prefix = prefix
-        self.pad = b"." * value_bytes
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "delivery.timeout.ms": 300_000,
-            }
-        )
-        self.sent = 0
-        self.acked = 0
-        self.errors: list[KafkaError] = []
-        self.flushed: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _delivered(self, err: KafkaError | None, _msg: Any) -> None:
-        if err is not None:
-            self.errors.append(err)
-        else:
-            self.acked += 1
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            value = f"{self.prefix}-{self.sent}".encode()
-            try:
-                self.producer.produce(
-                    self.topic, value + b"|" + self.pad, on_delivery=self._delivered
-                )
-            except BufferError:  # the local queue is full while the broker refuses: wait
-                self.producer.poll(0.1)
-                continue
-            self.sent += 1
-            self.producer.poll(0.001)  # pacing: about a thousand records a second at most
-        self.flushed = self.producer.flush(120)
-
-    def start(self) -> ContinuousProducer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(180)
-        assert not self._thread.is_alive(), "the producer did not finish"
-
-
-def strip(records: list[Any]) -> list[Any]:
-    return [(p, o, v.split(b"|", 1)[0]) for p, o, v in records]
-
-
-async def until(check: Any, what: str, timeout: float = 60.0) -> float:
-    """Wait (polling) until `check()` is true; returns the seconds it took."""
-    started = time.monotonic()
-    with trio.fail_after(timeout):
-        while not check():
-            await trio.sleep(0.02)
-    return time.monotonic() - started
-
-
-def probe_produce(bootstrap: str, topic: str) -> KafkaError | None:
-    """One record, no retries: the error the broker answers (None: acknowledged)."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "retries": 0, "enable.idempotence": False}
-    )
-    result: list[KafkaError | None] = []
-    producer.produce(topic, b"probe", on_delivery=lambda err, _m: result.append(err))
-    assert producer.flush(30) == 0
-    return result[0]
 
 
 def create_topics(bootstrap: str, *names: str) -> None:

@@ -1,0 +1,156 @@
+"""The NFS server restarts during produce (issue 14): the zone fleet keeps its WAL on real NFS
+(nfs-ganesha, `[wal] url = "nfs://..."`), an idempotent acks=all producer in az2 produces
+without pause, and ganesha is stopped and started again on the same port and export. Every
+node's nfs:// file system reconnects (shared_wal/nfs_fs.py: a new nfs-rs client, open files
+reopened, the interrupted positional write repeated), so no node restarts: the producer sees
+at most retriable errors, and every acknowledged record is read exactly once, in order, in
+every zone (proxies and mirrors read the WALs over NFS too).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fault_helpers import ContinuousProducer, strip, wait_until
+from tests.fleet_process import FleetProcess
+from tests.nfs_server import GANESHA, GaneshaServer, GaneshaUnavailable, _accepting
+from tests.zone_fleet import (
+    ZoneFleet,
+    check_exactly_once_in_order,
+    consume_confluent,
+    create_topic,
+    start_up_fleet,
+    write_zones_toml,
+    zone_client_id,
+)
+
+PARTITIONS = 4
+
+
+class RestartableGanesha(GaneshaServer):
+    """A GaneshaServer that can be stopped and started again on the same port and export."""
+
+    def restart(self, *, crash: bool, timeout: float = 20.0) -> float:
+        """Stop ganesha (SIGTERM, or SIGKILL for a `crash`) and start it again with the same
+        config; returns how long the server was not serving (seconds)."""
+        conf = self.tmp / "ganesha.conf"
+        stopped = time.monotonic()
+        if crash and self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(10)
+        self._terminate()
+        self.log_path.write_bytes(b"")
+        self._proc = subprocess.Popen(
+            [
+                f"/usr/bin/{GANESHA}",
+                "-F",
+                "-f",
+                str(conf),
+                "-L",
+                str(self.log_path),
+                "-p",
+                str(self.tmp / "ganesha.pid"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_until(
+            lambda: _accepting(self.port) and b"NFS SERVER INITIALIZED" in self._log_bytes(),
+            f"ganesha serving again on port {self.port}",
+            timeout,
+        )
+        return time.monotonic() - stopped
+
+
+@pytest.fixture
+def ganesha() -> Iterator[RestartableGanesha]:
+    try:
+        server = RestartableGanesha().start()
+    except GaneshaUnavailable as exc:
+        pytest.skip(f"NFS-Ganesha cannot start here: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def nfs_fleet(
+    tmp_path: Path, ganesha: RestartableGanesha
+) -> Iterator[tuple[FleetProcess, ZoneFleet]]:
+    wal_dir = f"fleet-{uuid.uuid4().hex[:8]}"
+    path, _ = write_zones_toml(tmp_path / "fleet", wal_url=f"{ganesha.url}/{wal_dir}")
+    proc, fleet = start_up_fleet(tmp_path / "fleet", config=path)
+    try:
+        yield proc, fleet
+    finally:
+        proc.stop()
+
+
+def healthy_nodes(fleet: ZoneFleet) -> list[str]:
+    """Every main and proxy whose admin /healthz does not answer 200."""
+    admins = [(m.admin_host, m.admin_port) for m in fleet.config.mains] + [
+        (p.admin_host, p.admin_port) for p in fleet.config.proxies
+    ]
+    bad = []
+    for host, port in admins:
+        try:
+            response = httpx.get(f"http://{host}:{port}/healthz", timeout=5.0)
+        except httpx.HTTPError as exc:
+            bad.append(f"{host}:{port}: {exc!r}")
+            continue
+        if response.status_code != 200:
+            bad.append(f"{host}:{port}: {response.status_code} {response.text}")
+    return bad
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["sigterm", "sigkill"])
+def test_ganesha_restart_during_produce(
+    nfs_fleet: tuple[FleetProcess, ZoneFleet], ganesha: RestartableGanesha, crash: bool
+) -> None:
+    proc, fleet = nfs_fleet
+    topic = f"nfs-restart-{uuid.uuid4().hex[:8]}"
+    create_topic(fleet, "az2", topic, PARTITIONS)
+    producer = ContinuousProducer(
+        fleet.bootstrap("az2"), topic, "nr", 200, **{"client.id": zone_client_id("az2")}
+    ).start()
+    try:
+        wait_until(lambda: producer.acked >= 1000, "acknowledged before the restart", 60)
+        acked_before = producer.acked
+        gap_before = producer.longest_gap
+        outage_s = ganesha.restart(crash=crash)
+        restarted_at = time.monotonic()
+        resumed_s = wait_until(
+            lambda: producer.acked >= acked_before + 2000, "produce goes on after the restart", 180
+        )
+    finally:
+        producer.stop()
+    assert producer.flushed == 0 and producer.errors == [], producer.errors[:5]
+    assert producer.acked == producer.sent
+    assert proc.proc is not None and proc.proc.poll() is None, "the fleet process exited"
+    assert healthy_nodes(fleet) == []
+    for zone in fleet.zones:
+        records = consume_confluent(
+            fleet.bootstrap(zone), zone, topic, PARTITIONS, producer.sent, timeout=120
+        )
+        check_exactly_once_in_order(strip(records), producer.sent, "nr")
+    output = "".join(proc.output)
+    assert "writer is now failed" not in output, output[-5000:]
+    assert "Traceback" not in output, output[-5000:]
+    reconnects = output.count("reconnected in")
+    assert reconnects >= 1, output[-5000:]
+    how = "SIGKILL" if crash else "SIGTERM"
+    print(f"ganesha restart ({how}): not serving for {outage_s:.2f} s;")
+    print(f"  {acked_before} acknowledged before, 2000 more {resumed_s:.1f} s after it served;")
+    print(f"  longest gap between acks {producer.longest_gap:.1f} s ({gap_before:.1f} s before);")
+    print(f"  {reconnects} reconnect lines; {producer.sent} records read back in every zone;")
+    print(f"  {time.monotonic() - restarted_at:.0f} s from the restart to the end")
