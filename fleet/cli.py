@@ -31,6 +31,7 @@ from fleet.report_cli import add_report_parser, run_report_command
 from fleet.status_cli import add_status_parser, run_status_command
 from fleet.supervisor import PARENT_PID_ENV, NodeFailed, NodeSpec, Supervisor, exit_with_parent
 from fleet.topics_cli import add_topics_parser, run_topics_command
+from kafka_wire.connection_limits import raise_open_files_limit
 from main_broker.cluster.watch import MainFenced
 
 log = logging.getLogger("zonefleet.fleet")
@@ -105,6 +106,7 @@ async def _serve_fleet(
 
     Clients bootstrap from their zone's proxy, so with proxies only they are announced.
     """
+    raise_open_files_limit()  # a file descriptor per client connection
     async with trio.open_nursery() as nursery:
         for node in mains:
             broker = await nursery.start(run_main_broker_node, node)

@@ -77,6 +77,8 @@ group_consumer_heartbeat_interval_ms = 5000
 max_connections = 0                         # Kafka's max.connections (0: no limit)
 max_connections_per_ip = 0                  # ... and max.connections.per.ip
 connections_max_idle_ms = 600000            # a connection with no request this long closes
+max_in_flight_bytes_per_connection = 0      # request bytes one connection may have read but
+                                            # not answered (0: max_request_bytes)
 transaction_max_timeout_ms = 900000         # the longest transaction.timeout.ms allowed
 transactional_id_expiration_ms = 604800000  # an idle transactional id is forgotten after this
 
@@ -96,6 +98,7 @@ prepared_retention_s = 3600.0     # ... and, while a main is away or unsynced, o
 max_connections = 0               # as the main brokers': max.connections (0: no limit),
 max_connections_per_ip = 0        # max.connections.per.ip,
 connections_max_idle_ms = 600000  # connections.max.idle.ms
+max_in_flight_bytes_per_connection = 0  # and unanswered request bytes per connection
 ```
 """
 
@@ -293,11 +296,13 @@ class _Zones:
 
 def _connection_limits(raw: dict[str, Any]) -> dict[str, Any]:
     """A node's max_connections, max_connections_per_ip (0: no limit) and
-    connections_max_idle_ms (0: never idle), as Kafka's."""
+    connections_max_idle_ms (0: never idle), as Kafka's, and the request bytes one connection
+    may have under way, max_in_flight_bytes_per_connection (0: max_request_bytes)."""
     limits = {
         "max_connections": int(raw.get("max_connections", 0)),
         "max_connections_per_ip": int(raw.get("max_connections_per_ip", 0)),
         "connections_max_idle_s": int(raw.get("connections_max_idle_ms", 600_000)) / 1000,
+        "max_in_flight_bytes_per_connection": int(raw.get("max_in_flight_bytes_per_connection", 0)),
     }
     if any(value < 0 for value in limits.values()):
         raise ConfigError(f"connection limits may not be negative: {limits}")

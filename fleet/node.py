@@ -6,9 +6,30 @@ import trio
 
 from fleet.admin_http import serve_admin_http
 from fleet.config import MainBrokerNode, ProxyNode
+from kafka_wire.connection_limits import ConnectionLimits
 from main_broker.broker import MainBroker
 from proxy_broker.broker import ProxyBroker
 from telemetry import MetricsRegistry
+
+
+def _watch_connections(
+    limits: ConnectionLimits, in_flight_bytes: int, registry: MetricsRegistry
+) -> None:
+    """Sets the node's per-connection bound on request bytes under way (0: its
+    max_request_bytes) and exports what its connections hold, so the bound can be watched."""
+    limits.max_in_flight_bytes = in_flight_bytes
+    registry.gauge_functions(
+        {
+            "zonefleet_connection_in_flight_bytes": (
+                "Request bytes read from client connections and not yet answered, in all.",
+                lambda: limits.in_flight_bytes,
+            ),
+            "zonefleet_connection_in_flight_bytes_peak": (
+                "The most request bytes one client connection has had under way.",
+                lambda: limits.peak_in_flight_bytes,
+            ),
+        }
+    )
 
 
 async def run_main_broker_node(
@@ -16,6 +37,9 @@ async def run_main_broker_node(
 ) -> None:
     registry = MetricsRegistry()
     broker = MainBroker(node.broker, registry)
+    _watch_connections(
+        broker.connection_limits, node.broker.max_in_flight_bytes_per_connection, registry
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(
             serve_admin_http,
@@ -34,6 +58,9 @@ async def run_proxy_node(
 ) -> None:
     registry = MetricsRegistry()
     proxy = ProxyBroker(node.proxy, registry)
+    _watch_connections(
+        proxy.connection_limits, node.proxy.max_in_flight_bytes_per_connection, registry
+    )
     async with trio.open_nursery() as nursery:
         # Admin first, so /healthz says "starting" while the proxy syncs with its mains.
         await nursery.start(

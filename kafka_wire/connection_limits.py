@@ -9,21 +9,64 @@ clients are served.
 
 from __future__ import annotations
 
+import resource
 from collections import Counter
 
-__all__ = ["ConnectionLimits"]
+__all__ = ["ConnectionLimits", "raise_open_files_limit"]
+
+
+def raise_open_files_limit() -> int:
+    """Raises this process's soft limit on open files to its hard limit and returns it.
+
+    Each client connection is a file descriptor, and the usual soft limit (1,024) would refuse
+    connections long before max_connections or memory does (5,000 idle connections cost a node
+    about 14 MiB, docs/reliability.md); the hard limit is what the operator allowed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass  # keep the soft limit it had (macOS caps it below an infinite hard limit)
+    return soft
 
 
 class ConnectionLimits:
-    """`max_connections` in all, `max_per_ip` from one address (0: no limit)."""
+    """`max_connections` in all, `max_per_ip` from one address (0: no limit), and the bytes of
+    requests one connection may have under way (read, not yet answered), which
+    `kafka_wire.server_loop.serve_connection` enforces by not reading past them
+    (`max_in_flight_bytes`, 0: the node's largest request, `max_request_bytes`).
 
-    __slots__ = ("_by_ip", "max_connections", "max_per_ip", "total")
+    `in_flight_bytes` (all connections) and `peak_in_flight_bytes` (the most one connection
+    has held) are what a node exports, so the bound can be watched."""
 
-    def __init__(self, max_connections: int = 0, max_per_ip: int = 0) -> None:
+    __slots__ = (
+        "_by_ip",
+        "in_flight_bytes",
+        "max_connections",
+        "max_in_flight_bytes",
+        "max_per_ip",
+        "peak_in_flight_bytes",
+        "total",
+    )
+
+    def __init__(
+        self, max_connections: int = 0, max_per_ip: int = 0, max_in_flight_bytes: int = 0
+    ) -> None:
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
+        self.max_in_flight_bytes = max_in_flight_bytes
         self.total = 0
+        self.in_flight_bytes = 0
+        self.peak_in_flight_bytes = 0
         self._by_ip: Counter[str] = Counter()
+
+    def add_in_flight(self, connection_bytes: int, delta: int) -> None:
+        """One connection's bytes under way changed by `delta`, to `connection_bytes`."""
+        self.in_flight_bytes += delta
+        if connection_bytes > self.peak_in_flight_bytes:
+            self.peak_in_flight_bytes = connection_bytes
 
     def admit(self, ip: str) -> str | None:
         """None when the connection may be served (it is counted); else why not."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 from collections.abc import Sequence
 from typing import Final
@@ -26,6 +27,16 @@ _READ_BUFFER_BYTES: Final = 64 * 1024
 _JOIN_LIMIT: Final = 16 * 1024
 # Linux IOV_MAX; sendmsg rejects longer buffer lists.
 _IOV_MAX: Final = 1024
+# The least a frame body is first given: a slowloris that announces a large frame holds this
+# (and then about twice what it sent), not the size it announced.
+_BODY_START: Final = 4096
+# Empty read buffers waiting for the next connection with bytes to read: reuse saves a 64 KiB
+# allocation each time a connection's buffer empties. At most _POOL_MAX kept (4 MiB).
+_POOL_MAX: Final = 64
+_POOL: list[tuple[bytearray, memoryview]] = []
+_EMPTY: Final = bytearray()
+# MSG_PEEK target: its bytes are never used, so every reader shares it.
+_PEEK_VIEW: Final = memoryview(bytearray(64))
 
 
 class FrameError(Exception):
@@ -45,6 +56,15 @@ class FrameReader:
 
     Cancellation-safe: a cancelled `read_frame` loses no bytes, the next call resumes the
     frame. Not safe for concurrent use by several tasks.
+
+    Memory follows the bytes that arrived, not what peers announce, so that thousands of idle
+    or slow connections cost little (docs/reliability.md, "Idle connections and slowloris"):
+    on a socket, the read buffer is held only while bytes are being taken from it (it goes
+    back to a shared pool, the odd bytes of a size prefix aside, while the reader waits for
+    data with a MSG_PEEK), and a frame's body grows from 4 KiB by doubling as its
+    bytes come in, rather than being
+    allocated at the size its prefix announces (a slowloris announcing 100 MB and trickling
+    bytes holds about twice what it sent, at least 4 KiB).
     """
 
     def __init__(
@@ -59,13 +79,23 @@ class FrameReader:
         self._stream = stream
         self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray(read_buffer_bytes)
-        self._view = memoryview(self._buf)
+        self._buf_bytes = read_buffer_bytes
+        self._buf = _EMPTY
+        self._view = memoryview(_EMPTY)
         self._start = 0
         self._end = 0
-        # A frame whose body is being received; kept across cancellations.
+        self._stash = b""  # part of a size prefix, while the read buffer is in the pool
+        # The size of the frame whose prefix was read, and its body as received so far (it
+        # grows as bytes arrive); both kept across cancellations.
+        self._size = -1
         self._body: bytearray | None = None
         self._filled = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held for frames not yet returned: the read buffer's and a partial body's."""
+        body = self._body
+        return len(self._buf) + len(self._stash) + (len(body) if body is not None else 0)
 
     async def _recv_into(self, target: memoryview) -> int:
         sock = self._sock
@@ -81,12 +111,60 @@ class FrameReader:
         target[:n] = data
         return n
 
+    def _release_buffer(self) -> None:
+        """On a socket, gives the read buffer back to the pool; what it still held (part of a
+        size prefix at most) is kept aside until the next `_take_buffer`."""
+        if self._buf is _EMPTY or self._sock is None:
+            return
+        self._stash = bytes(self._view[self._start : self._end])
+        if len(self._buf) == _READ_BUFFER_BYTES and len(_POOL) < _POOL_MAX:
+            _POOL.append((self._buf, self._view))
+        self._buf = _EMPTY
+        self._view = memoryview(_EMPTY)
+        self._start = self._end = 0
+
+    def _take_buffer(self) -> None:
+        if self._buf_bytes == _READ_BUFFER_BYTES and _POOL:
+            self._buf, self._view = _POOL.pop()
+        else:
+            self._buf = bytearray(self._buf_bytes)
+            self._view = memoryview(self._buf)
+        stash = self._stash
+        self._start, self._end = 0, len(stash)
+        if stash:
+            self._buf[: len(stash)] = stash
+            self._stash = b""
+
     async def _fill(self) -> int:
-        """Receives more bytes into the read buffer; returns 0 on EOF."""
-        if self._start == self._end:
+        """Receives more bytes into the read buffer; returns 0 on EOF. What the buffer holds
+        here is part of a size prefix at most (< 4 bytes)."""
+        sock = self._sock
+        if sock is not None:
+            # Wait for bytes (or EOF) without holding a read buffer: a MSG_PEEK into a scratch
+            # buffer all readers share (only the count is used). trio yields after each
+            # receive, so a buffer received into is held across a yield: thousands of
+            # connections woken at once by a byte each would hold a read buffer each.
+            self._release_buffer()
+            if sock.fileno() == -1:
+                raise trio.ClosedResourceError("the socket was closed")
+            try:
+                peeked = await sock.recv_into(_PEEK_VIEW, len(_PEEK_VIEW), socket.MSG_PEEK)
+                if 0 < peeked < len(_PEEK_VIEW):
+                    # A trickle: take just these bytes, then the read buffer (no yield).
+                    data = await sock.recv(min(peeked, self._buf_bytes - len(self._stash)))
+                    self._stash += data
+                    self._take_buffer()
+                    return len(data)
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"socket receive failed: {exc}") from exc
+            self._take_buffer()
+            if peeked == 0:
+                return 0
+        elif self._buf is _EMPTY:
+            self._take_buffer()
+        elif self._start == self._end:
             self._start = self._end = 0
         elif self._end == len(self._buf):
-            # Only a partial size prefix (< 4 bytes) can be left here.
             pending = self._end - self._start
             self._buf[:pending] = self._view[self._start : self._end]
             self._start, self._end = 0, pending
@@ -94,49 +172,75 @@ class FrameReader:
         self._end += n
         return n
 
+    async def read_size(self) -> int | None:
+        """Reads the next frame's size prefix (once: again returns the same size until
+        `read_frame` returns that frame), or None on a clean EOF between frames. Lets a server
+        decide whether to take the body in now, before any of it is allocated."""
+        if self._size >= 0:
+            return self._size
+        while self._end - self._start < 4:
+            if await self._fill() == 0:
+                if self._end == self._start:
+                    return None
+                raise TruncatedFrame("EOF inside a frame size prefix")
+        (size,) = _SIZE.unpack_from(self._buf, self._start)
+        if size < 0:
+            raise FrameError(f"negative frame size {size}")
+        if size > self.max_frame_bytes:
+            raise FrameTooLarge(f"frame of {size} bytes exceeds {self.max_frame_bytes}")
+        self._start += 4
+        self._size = size
+        return size
+
     async def read_frame(self) -> bytearray | None:
         """Returns the next frame body, or None on a clean EOF between frames."""
         if self._body is None:
-            while self._end - self._start < 4:
-                if await self._fill() == 0:
-                    if self._end == self._start:
-                        return None
-                    raise TruncatedFrame("EOF inside a frame size prefix")
-            (size,) = _SIZE.unpack_from(self._buf, self._start)
-            if size < 0:
-                raise FrameError(f"negative frame size {size}")
-            if size > self.max_frame_bytes:
-                raise FrameTooLarge(f"frame of {size} bytes exceeds {self.max_frame_bytes}")
-            self._start += 4
-            body = bytearray(size)
-            take = min(size, self._end - self._start)
+            size = await self.read_size()
+            if size is None:
+                return None
+            # Allocated for what arrived with the prefix (at least _BODY_START); a body that
+            # has not all arrived grows as the rest comes in.
+            buffered = self._end - self._start
+            body = bytearray(min(size, max(_BODY_START, buffered)))
+            take = min(size, buffered)
             body[:take] = self._view[self._start : self._start + take]
             self._start += take
             self._body, self._filled = body, take
         body = self._body
-        with memoryview(body) as out:
-            while self._filled < len(body):
-                # The read buffer is empty whenever a body is still incomplete.
-                remaining = len(body) - self._filled
-                if remaining >= len(self._buf):
-                    # Large body: receive straight into it, no second copy.
+        size = self._size
+        while self._filled < size:
+            # The read buffer is empty whenever a body is still incomplete.
+            remaining = size - self._filled
+            if len(body) < size and (self._filled == len(body) or remaining < self._buf_bytes):
+                # Grow by doubling (to the whole frame for its last read buffer's worth): few
+                # reallocations for a large frame, and never much more than the peer sent.
+                grown = size if remaining < self._buf_bytes else min(size, 2 * len(body))
+                body.extend(bytes(grown - len(body)))
+            if remaining >= self._buf_bytes:
+                # Large body: receive straight into it, no second copy.
+                self._release_buffer()  # empty: not held while this waits
+                with memoryview(body) as out:
                     n = await self._recv_into(out[self._filled :])
-                    if n == 0:
-                        raise TruncatedFrame(f"EOF after {self._filled} of {len(body)} bytes")
-                    self._filled += n
-                    continue
-                # Small tail: go through the read buffer so that frames pipelined
-                # behind this one arrive in the same syscall.
-                if await self._fill() == 0:
-                    raise TruncatedFrame(f"EOF after {self._filled} of {len(body)} bytes")
-                take = min(remaining, self._end - self._start)
+                if n == 0:
+                    raise TruncatedFrame(f"EOF after {self._filled} of {size} bytes")
+                self._filled += n
+                continue
+            # Small tail: go through the read buffer so that frames pipelined
+            # behind this one arrive in the same syscall.
+            if await self._fill() == 0:
+                raise TruncatedFrame(f"EOF after {self._filled} of {size} bytes")
+            take = min(remaining, self._end - self._start)
+            with memoryview(body) as out:
                 out[self._filled : self._filled + take] = self._view[
                     self._start : self._start + take
                 ]
-                self._start += take
-                self._filled += take
+            self._start += take
+            self._filled += take
         self._body = None
         self._filled = 0
+        self._size = -1
+        if self._start == self._end:
+            self._release_buffer()
         return body
 
 

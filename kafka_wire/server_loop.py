@@ -212,12 +212,47 @@ class RequestProcessor(Protocol):
 
 
 class _Slot:
-    __slots__ = ("done", "parts", "token")
+    __slots__ = ("done", "nbytes", "parts", "token")
 
-    def __init__(self, token: Any = None) -> None:
+    def __init__(self, token: Any = None, nbytes: int = 0) -> None:
         self.done = trio.Event()
         self.parts: Sequence[Buffer] | None = None
         self.token = token
+        self.nbytes = nbytes  # the request frame's, size prefix included
+
+
+class _InFlight:
+    """Bytes of a connection's requests read but not yet answered (Kafka mutes a channel
+    while one request is under way; this lets several run, up to `limit` bytes)."""
+
+    __slots__ = ("answered", "limit", "limits", "nbytes")
+
+    def __init__(self, limit: int, limits: ConnectionLimits | None) -> None:
+        self.limit = limit
+        self.limits = limits
+        self.nbytes = 0
+        self.answered = trio.Event()
+
+    def admits(self, nbytes: int) -> bool:
+        """Whether a request of `nbytes` may be read now: one always may when none is under
+        way, so a request larger than the limit is served alone rather than never."""
+        return self.nbytes == 0 or self.nbytes + nbytes <= self.limit
+
+    async def wait_for_room(self, nbytes: int) -> None:
+        while not self.admits(nbytes):
+            self.answered = trio.Event()
+            await self.answered.wait()
+
+    def add(self, nbytes: int) -> None:
+        self.nbytes += nbytes
+        if self.limits is not None:
+            self.limits.add_in_flight(self.nbytes, nbytes)
+
+    def remove(self, nbytes: int) -> None:
+        self.nbytes -= nbytes
+        if self.limits is not None:
+            self.limits.add_in_flight(self.nbytes, -nbytes)
+        self.answered.set()
 
 
 def connection_info(stream: trio.SocketStream, listener: str = "kafka") -> ConnectionInfo:
@@ -240,13 +275,23 @@ async def serve_connection(
     bad_input: BadInputLog | None = None,
     limits: ConnectionLimits | None = None,
     idle_timeout_s: float | None = None,
+    max_in_flight_bytes: int | None = None,
 ) -> None:
     """`bad_input` says why a connection is closed for what its peer sent (one line, rate
     limited per peer, and counted: a node passes its own with a metric). `limits` admits the
     connection first (Kafka's max.connections and max.connections.per.ip): one over them is
     closed at once. A connection that sends no request for `idle_timeout_s` while none of its
     requests is under way is closed (Kafka's connections.max.idle.ms); so is one that takes
-    that long to send one frame (a slowloris)."""
+    that long to send one frame (a slowloris).
+
+    At most `max_in_flight` requests and `max_in_flight_bytes` of request frames (default
+    `max_frame_bytes`; `limits.max_in_flight_bytes` when set) are under way on the connection
+    (read, not yet answered): past either the loop stops reading the socket until answers go
+    out, so a client that pipelines without reading its answers is slowed by TCP, not given
+    the node's memory."""
+    if max_in_flight_bytes is None:
+        configured = limits.max_in_flight_bytes if limits is not None else 0
+        max_in_flight_bytes = configured or max_frame_bytes
     bad = bad_input or _BAD_INPUT
     conn = connection_info(stream, listener)
     if limits is not None:
@@ -257,11 +302,21 @@ async def serve_connection(
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await stream.aclose()
             return
+    in_flight = _InFlight(max_in_flight_bytes, limits)
     try:
         await _serve_admitted(
-            stream, processor, conn, bad, max_frame_bytes, max_in_flight, meter, idle_timeout_s
+            stream,
+            processor,
+            conn,
+            bad,
+            max_frame_bytes,
+            max_in_flight,
+            meter,
+            idle_timeout_s,
+            in_flight,
         )
     finally:
+        in_flight.remove(in_flight.nbytes)  # requests never answered
         if limits is not None:
             limits.release(conn.peer_host)
 
@@ -275,17 +330,25 @@ async def _serve_admitted(
     max_in_flight: int,
     meter: WireMeter | None,
     idle_timeout_s: float | None,
+    in_flight: _InFlight,
 ) -> None:
     reader = FrameReader(stream, max_frame_bytes)
     send_slots, receive_slots = trio.open_memory_channel[_Slot](max_in_flight)
     under_way: list[_Slot] = []
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_write_responses, stream, receive_slots, meter)
+            nursery.start_soon(_write_responses, stream, receive_slots, meter, in_flight)
             async with send_slots:
                 while True:
                     try:
                         with trio.move_on_after(idle_timeout_s or math.inf) as idle:
+                            size = await reader.read_size()
+                            if size is not None and not in_flight.admits(4 + size):
+                                # Backpressure: not idle while its answers are awaited, and
+                                # the frame's time (the slowloris rule) starts again after.
+                                idle.deadline = math.inf
+                                await in_flight.wait_for_room(4 + size)
+                                idle.deadline = trio.current_time() + (idle_timeout_s or math.inf)
                             frame = await reader.read_frame()
                         if idle.cancelled_caught:
                             under_way = [s for s in under_way if not s.done.is_set()]
@@ -316,7 +379,8 @@ async def _serve_admitted(
                         bad.warn(conn.peer_host, "request", "closing %s:%s: %s",
                                  conn.peer_host, conn.peer_port, exc)  # fmt: skip
                         break
-                    slot = _Slot(token)
+                    slot = _Slot(token, 4 + len(frame))
+                    in_flight.add(slot.nbytes)
                     if idle_timeout_s is not None:
                         if len(under_way) >= 2 * max_in_flight:
                             under_way = [s for s in under_way if not s.done.is_set()]
@@ -349,7 +413,10 @@ _CLOSE: Sequence[Buffer] = (b"",)
 
 
 async def _write_responses(
-    stream: trio.SocketStream, slots: trio.MemoryReceiveChannel[_Slot], meter: WireMeter | None
+    stream: trio.SocketStream,
+    slots: trio.MemoryReceiveChannel[_Slot],
+    meter: WireMeter | None,
+    in_flight: _InFlight,
 ) -> None:
     async with slots:
         async for slot in slots:
@@ -361,3 +428,4 @@ async def _write_responses(
                 await send_frame(stream, slot.parts)
                 if meter is not None:
                     meter.response_out(slot.token, slot.parts)
+            in_flight.remove(slot.nbytes)

@@ -70,6 +70,9 @@ class BrokerConfig:
     max_connections: int = 0
     max_connections_per_ip: int = 0
     connections_max_idle_s: float = 600.0
+    # Request bytes one connection may have read but not answered; past them its socket is not
+    # read until answers go out (0: max_request_bytes; set on the node's ConnectionLimits).
+    max_in_flight_bytes_per_connection: int = 0
     wal_cache_bytes: int = 256 * 1024 * 1024
     # The object store that holds committed data (main_broker/objects/tier.py); None keeps
     # data only in the WAL. Upload when the committed bytes not yet in objects pass the

@@ -48,6 +48,9 @@ class ProxyConfig:
     max_connections: int = 0
     max_connections_per_ip: int = 0
     connections_max_idle_s: float = 600.0
+    # Request bytes one connection may have read but not answered; past them its socket is not
+    # read until answers go out (0: max_request_bytes; set on the node's ConnectionLimits).
+    max_in_flight_bytes_per_connection: int = 0
     mirror_cache_bytes: int = 256 * 1024 * 1024
     confirm_timeout_s: float = 10.0
     # Confirm calls outstanding per main (proxy_broker/confirm_pipe.py); 1 turns pipelining off.

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from kafka_wire.connection_limits import ConnectionLimits
@@ -92,7 +94,18 @@ def test_a_connection_over_the_per_ip_limit_is_closed_at_once(limited: FleetProc
             conn.close()
 
 
+def _no_connections(fleet: FleetProcess) -> None:
+    """Waits until the main has seen every earlier connection close, so that the per-IP
+    limit admits the next ones."""
+    deadline = time.monotonic() + 30
+    url = f"http://127.0.0.1:{fleet.admin_port}/metrics"
+    while "\nzonefleet_connections 0\n" not in "\n" + httpx.get(url, timeout=5).text:
+        assert time.monotonic() < deadline, "earlier connections still open"
+        time.sleep(0.05)
+
+
 def test_idle_and_slowloris_connections_are_closed(limited: FleetProcess) -> None:
+    _no_connections(limited)
     idle = RawKafka(limited.bootstrap)
     _hello(idle)
     slow = RawKafka(limited.bootstrap)
@@ -115,7 +128,12 @@ def test_the_example_config_documents_the_limits() -> None:
     import fleet.config
 
     doc = fleet.config.__doc__ or ""
-    for key in ("max_connections", "max_connections_per_ip", "connections_max_idle_ms"):
+    for key in (
+        "max_connections",
+        "max_connections_per_ip",
+        "connections_max_idle_ms",
+        "max_in_flight_bytes_per_connection",
+    ):
         assert doc.count(key) >= 2, key  # under [[main_brokers]] and [[proxies]]
 
 
@@ -124,3 +142,7 @@ def test_negative_limits_are_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError):
         _connection_limits({"max_connections": -1})
+    with pytest.raises(ConfigError):
+        _connection_limits({"max_in_flight_bytes_per_connection": -1})
+    limits = _connection_limits({"max_in_flight_bytes_per_connection": 1 << 20})
+    assert limits["max_in_flight_bytes_per_connection"] == 1 << 20
