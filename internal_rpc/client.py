@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import random
 import select
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any, Final
@@ -65,6 +67,17 @@ class _ClientConn:
         self.stream.socket.close()  # wakes a reader or writer blocked on the socket
         for wake in self.wakes.values():
             wake.set()
+
+    def abort(self, exc: BaseException) -> None:
+        """Fail the connection with a reset: whatever of ours the peer has not received yet
+        is dropped by our kernel, never delivered later (a plain close would keep sending it,
+        after a network partition heals too)."""
+        if self.error is None:
+            with suppress(OSError):
+                self.stream.socket.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+        self.fail(exc)
 
     def unavailable(self) -> RpcUnavailable:
         err = RpcUnavailable(f"connection to node {self.peer_node} lost: {self.error}")
@@ -246,7 +259,9 @@ class RpcClient:
 
         Retries (jittered exponential backoff) only after connection failures: always when the
         request was never written, otherwise only when `idempotent`. Raises `RpcTimeout`,
-        `RpcUnavailable` (`RpcAuthError` is never retried) or `RpcRemoteError`.
+        `RpcUnavailable` (`RpcAuthError` is never retried) or `RpcRemoteError`. A
+        non-idempotent call that times out once written resets the connection (the other
+        calls on it fail with `RpcUnavailable`), so that it cannot reach the peer afterwards.
         """
         attempt = 0
         while True:
@@ -276,7 +291,14 @@ class RpcClient:
                 raise remote_error(reply)
             except trio.TooSlowError:
                 if conn is not None and sent:
-                    await conn.send_cancel(rid)
+                    if idempotent:
+                        await conn.send_cancel(rid)
+                    else:
+                        # It may still be on its way (a network partition keeps it in our
+                        # send buffer, delivered when it heals): the caller is told it
+                        # failed, so it must never land. The peer never sees the rest of the
+                        # connection, and the next call opens a new one.
+                        conn.abort(RpcTimeout(f"a non-idempotent {method} timed out"))
                 raise RpcTimeout(f"{method} to {self.host}:{self.port} timed out") from None
             except RpcUnavailable as exc:
                 if (
@@ -299,11 +321,12 @@ class RpcClient:
 
     @asynccontextmanager
     async def _subscribe(self, stream: str, params: dict[str, Any]) -> AsyncIterator[Any]:
-        with trio.fail_after(self.connect_timeout):
-            try:
+        try:
+            # The deadline's TooSlowError is raised as the block exits: caught out here.
+            with trio.fail_after(self.connect_timeout):
                 conn = await self._connection()
-            except trio.TooSlowError as exc:
-                raise RpcUnavailable(f"cannot connect to {self.host}:{self.port}") from exc
+        except trio.TooSlowError as exc:
+            raise RpcUnavailable(f"cannot connect to {self.host}:{self.port}") from exc
         rid, slot = conn.open_slot(stream, params)
         try:
             await conn.send(ClientSession.subscription(rid, stream, params), rid)

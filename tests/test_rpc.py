@@ -348,6 +348,58 @@ async def test_unencodable_result_becomes_an_error() -> None:
         assert (await client.call("echo", {}))["peer"] == 7
 
 
+async def test_a_timed_out_non_idempotent_call_resets_its_connection() -> None:
+    # A confirm that timed out must never land later (the proxy has answered its client):
+    # its connection is reset, not left to deliver it when a network partition heals.
+    started, release = trio.Event(), trio.Event()
+
+    async def hang(peer: RpcPeer, params: dict[str, Any]) -> Any:
+        started.set()
+        # Past its deadline too: no DEADLINE_EXCEEDED reply may beat the client's own.
+        with trio.CancelScope(shield=True):
+            await release.wait()
+
+    async with running(server(handlers={**HANDLERS, "hang": hang})) as port:
+        try:
+            client = RpcClient(7, SECRET, HOST, port)
+            first = (await client.call("echo", {}))["address"]
+            other: list[BaseException] = []
+
+            async def another_call() -> None:
+                try:
+                    await client.call("hang", {}, timeout=5, idempotent=False)
+                except RpcUnavailable as exc:
+                    other.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(another_call)
+                await started.wait()
+                with pytest.raises(RpcTimeout):
+                    await client.call("hang", {}, timeout=0.2, idempotent=False)
+            assert len(other) == 1  # the connection's other confirm failed with it, at once
+            assert (await client.call("echo", {}))["address"] != first  # a new connection
+            await client.aclose()
+        finally:
+            release.set()
+
+
+async def test_a_subscription_to_a_peer_that_never_answers_is_unavailable() -> None:
+    # A peer across a network partition: the connection never completes its handshake. The
+    # subscriber gets RpcUnavailable (and resubscribes), never a bare TooSlowError.
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, silent, 0, host=HOST))
+        port = listeners[0].socket.getsockname()[1]
+        client = RpcClient(7, SECRET, HOST, port, connect_timeout=0.2)
+        with pytest.raises(RpcUnavailable):
+            async with client.subscribe("state", {}):
+                pass
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
 async def test_server_restart_client_reconnects_on_next_call() -> None:
     srv = server()
     async with running(srv) as port:
