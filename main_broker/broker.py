@@ -92,6 +92,7 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 13),
     1: ("Fetch", 4, 18),
     2: ("ListOffsets", 1, 10),
+    23: ("OffsetForLeaderEpoch", 2, 4),
     3: ("Metadata", 0, 13),
     8: ("OffsetCommit", 2, 10),
     9: ("OffsetFetch", 1, 10),
@@ -172,6 +173,7 @@ class MainBroker:
         self.started_at = time.time()
         self._handlers: dict[int, Handler] = {
             2: api_fetch.list_offsets,
+            23: api_fetch.offset_for_leader_epoch,
             3: api_cluster.metadata,
             10: api_cluster.find_coordinator,
             19: api_topics_admin.create_topics,

@@ -25,6 +25,7 @@ import trio
 
 from internal_rpc import RpcClient, RpcError
 from internal_rpc.messages import MalformedMessage, RelayParams, RelayResult
+from internal_rpc.reports import report_unreachable
 from kafka_wire.codec import (
     MalformedRequest,
     RequestHeader,
@@ -36,6 +37,7 @@ from kafka_wire.codec import (
 )
 from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.fetch_serving import read_failures_fail_the_partition, serve_fetch
+from kafka_wire.leader_epochs import API_OFFSET_FOR_LEADER_EPOCH, offsets_for_leader_epochs
 from kafka_wire.leader_hints import Endpoint, PartitionKey
 from kafka_wire.server_loop import (
     Buffer,
@@ -174,6 +176,7 @@ class ProxyBroker:
                 self._notify_data,
                 self.objects,
             )
+            self.mirrors[main.node_id].on_lost = self._main_lost
         try:
             async with trio.open_nursery() as nursery:
                 self.background = nursery
@@ -213,6 +216,9 @@ class ProxyBroker:
                 for rpc in self.rpcs.values():
                     await rpc.aclose()
                 await self.traffic.aclose()
+
+    def _main_lost(self, node: int, reason: str) -> None:
+        self.background.start_soon(report_unreachable, self.rpcs, node, reason)
 
     async def _keep_registered(self, url: str) -> None:
         cfg = self.config
@@ -435,6 +441,14 @@ class ProxyBroker:
                 )
 
             return fetch
+        if key == API_OFFSET_FOR_LEADER_EPOCH:  # answered in the zone, from the mirrors
+            request = decode_request(header, frame)
+
+            async def epochs() -> Sequence[Buffer]:
+                data = offsets_for_leader_epochs(self, request)
+                return [encode_response(header, build_response(key, header.api_version, data))]
+
+            return epochs
 
         # Decoded here before it is relayed: a malformed request is refused in its zone (one
         # line, rate-limited) and never crosses to a main in another. ApiVersions is the

@@ -11,6 +11,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kafka_wire.fetch_serving import PartitionReadError, leader_epoch_error, serve_fetch
+from kafka_wire.leader_epochs import offsets_for_leader_epochs
 from kafka_wire.record_batch import decode_records_for_tools, parse_batch_header
 from kafka_wire.server_loop import Buffer
 from main_broker.log_store import TopicState
@@ -110,6 +111,12 @@ async def fetch(broker: BrokerServices, ctx: RequestContext, req: Any) -> Sequen
         req,
         broker.leader_hints(ctx),
     )
+
+
+async def offset_for_leader_epoch(
+    broker: BrokerServices, ctx: RequestContext, req: Any
+) -> dict[str, Any]:
+    return offsets_for_leader_epochs(_BrokerFetchSource(broker), req)
 
 
 async def _record_offset_at(
