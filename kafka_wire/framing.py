@@ -157,9 +157,11 @@ class FrameReader:
                     return len(data)
             except OSError as exc:
                 raise trio.BrokenResourceError(f"socket receive failed: {exc}") from exc
-            self._take_buffer()
-            if peeked == 0:
+            if peeked == 0:  # EOF: thousands of peers may leave at once; take no buffer
+                if self._stash:
+                    self._take_buffer()  # for the truncated prefix's error
                 return 0
+            self._take_buffer()
         elif self._buf is _EMPTY:
             self._take_buffer()
         elif self._start == self._end:

@@ -225,18 +225,24 @@ class _InFlight:
     """Bytes of a connection's requests read but not yet answered (Kafka mutes a channel
     while one request is under way; this lets several run, up to `limit` bytes)."""
 
-    __slots__ = ("answered", "limit", "limits", "nbytes")
+    __slots__ = ("answered", "closed", "limit", "limits", "nbytes")
 
     def __init__(self, limit: int, limits: ConnectionLimits | None) -> None:
         self.limit = limit
         self.limits = limits
         self.nbytes = 0
         self.answered = trio.Event()
+        self.closed = False
 
     def admits(self, nbytes: int) -> bool:
         """Whether a request of `nbytes` may be read now: one always may when none is under
-        way, so a request larger than the limit is served alone rather than never."""
-        return self.nbytes == 0 or self.nbytes + nbytes <= self.limit
+        way, so a request larger than the limit is served alone rather than never; and once
+        the writer is gone, so that the reader finds the connection closed."""
+        return self.nbytes == 0 or self.nbytes + nbytes <= self.limit or self.closed
+
+    def close(self) -> None:
+        self.closed = True
+        self.answered.set()
 
     async def wait_for_room(self, nbytes: int) -> None:
         while not self.admits(nbytes):
@@ -418,14 +424,17 @@ async def _write_responses(
     meter: WireMeter | None,
     in_flight: _InFlight,
 ) -> None:
-    async with slots:
-        async for slot in slots:
-            await slot.done.wait()
-            if slot.parts is _CLOSE:
-                await stream.aclose()
-                return
-            if slot.parts is not None:
-                await send_frame(stream, slot.parts)
-                if meter is not None:
-                    meter.response_out(slot.token, slot.parts)
-            in_flight.remove(slot.nbytes)
+    try:
+        async with slots:
+            async for slot in slots:
+                await slot.done.wait()
+                if slot.parts is _CLOSE:
+                    await stream.aclose()
+                    return
+                if slot.parts is not None:
+                    await send_frame(stream, slot.parts)
+                    if meter is not None:
+                        meter.response_out(slot.token, slot.parts)
+                in_flight.remove(slot.nbytes)
+    finally:
+        in_flight.close()  # a reader waiting for room would otherwise wait for ever

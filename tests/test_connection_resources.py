@@ -24,7 +24,7 @@ from kafka_wire.codec import RequestHeader, build_request, decode_response, enco
 from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.framing import FrameReader, send_frame
 from kafka_wire.record_batch import build_batch
-from kafka_wire.server_loop import ConnectionInfo, Finish, serve_connection
+from kafka_wire.server_loop import CloseConnection, ConnectionInfo, Finish, serve_connection
 from tests.fleet_process import FleetProcess
 from tests.ports import free_port_block
 from tests.raw_kafka import RawKafka
@@ -150,6 +150,40 @@ async def test_a_request_larger_than_the_cap_is_served_alone() -> None:
         await stream.aclose()
     await listener.aclose()
     assert limits.peak_in_flight_bytes == 5004
+
+
+async def test_a_connection_closed_by_its_writer_ends_while_its_reader_waits_for_room() -> None:
+    class _Refusing(_Gated):
+        def begin(self, header: RequestHeader, frame: bytearray, conn: ConnectionInfo) -> Finish:
+            async def finish() -> list[bytes]:
+                await self.gate.wait()
+                raise CloseConnection("refused")
+
+            self.begun += 1
+            return finish
+
+    processor = _Refusing()
+    limits = ConnectionLimits(max_in_flight_bytes=1000)
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    stream = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+    server = await listener.accept()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: serve_connection(server, processor, max_frame_bytes=1 << 20, limits=limits)
+        )
+        # The second request does not fit beside the first: the reader waits for room.
+        for cid in range(2):
+            await send_frame(stream, [_api_versions_frame(cid, 600)])
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+        assert processor.begun == 1
+        processor.gate.set()  # the first request closes the connection
+        with trio.fail_after(10):
+            assert await FrameReader(stream).read_frame() is None
+            while limits.total:
+                await trio.sleep(0.01)
+    await stream.aclose()
+    await listener.aclose()
+    assert limits.in_flight_bytes == 0
 
 
 async def test_a_frame_that_never_completes_holds_what_arrived_not_what_it_announced() -> None:
