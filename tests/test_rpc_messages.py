@@ -14,9 +14,11 @@ from internal_rpc.messages import (
     ConfirmParams,
     ConfirmPart,
     ConfirmResult,
+    MainUnreachable,
     MalformedMessage,
     MetaChanged,
     PartitionOutcome,
+    Probe,
     RelayParams,
     RelayResult,
     UnsupportedMessageVersion,
@@ -321,3 +323,28 @@ def test_malformed_relay_and_meta_changed_are_refused_by_name(
 ) -> None:
     with pytest.raises(MalformedMessage, match=match):
         decode(msg)
+
+
+@pytest.mark.parametrize(
+    ("message", "golden"),
+    [
+        (Probe(2), "82a26d7601a46e6f646502"),
+        (
+            MainUnreachable(3, "state stream lost"),
+            "83a26d7601a46e6f646503a6726561736f6eb173746174652073747265616d206c6f7374",
+        ),
+    ],
+)
+def test_liveness_messages_golden(message: Probe | MainUnreachable, golden: str) -> None:
+    """`probe` and `main_unreachable` (main_broker/cluster/watch.py, docs/formats.md)."""
+    assert _packed(message.to_wire()) == golden
+    assert type(message).from_wire(_unpacked(golden)) == message
+
+
+def test_liveness_messages_are_strict() -> None:
+    with pytest.raises(MalformedMessage, match=r"probe\.node"):
+        Probe.from_wire({"mv": 1})
+    with pytest.raises(UnsupportedMessageVersion):
+        MainUnreachable.from_wire({"mv": 2, "node": 1, "reason": ""})
+    # A reason is only for the log: a long one is cut, not refused.
+    assert len(MainUnreachable.from_wire({"mv": 1, "node": 1, "reason": "x" * 999}).reason) == 200
