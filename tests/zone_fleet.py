@@ -159,7 +159,7 @@ class NodeProcess:
             )
         return self
 
-    def wait_healthy(self, timeout: float = 30.0) -> NodeProcess:
+    def wait_healthy(self, timeout: float = 60.0) -> NodeProcess:
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -171,7 +171,7 @@ class NodeProcess:
         self.kill()
         raise RuntimeError(f"{self.role} {self.node_id} did not become healthy:\n{self.log_tail()}")
 
-    def start(self, timeout: float = 30.0) -> NodeProcess:
+    def start(self, timeout: float = 60.0) -> NodeProcess:
         """Start and wait until its admin /healthz says ok."""
         return self.launch().wait_healthy(timeout)
 

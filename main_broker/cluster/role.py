@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from internal_rpc import RpcClient, RpcError
+from internal_rpc import RpcClient, RpcError, RpcUnavailable
 from internal_rpc.messages import MainUnreachable, MetaChanged
+from internal_rpc.reports import report_unreachable
 from main_broker.cluster.controller import Controller, Membership
 from main_broker.cluster.doc import ClusterDoc, TopicExists, TopicMeta, UnknownTopic
 from main_broker.cluster.handoff import Handoff, HandoffHost
@@ -398,6 +399,10 @@ class ClusterRole:
             )
         except RpcError as exc:
             log.debug("main %d did not take the metadata poke (it polls anyway): %s", node, exc)
+            if isinstance(exc, RpcUnavailable):  # the controller probes it at once
+                reason = f"metadata poke failed: {exc}"
+                self.main_unreachable(MainUnreachable(node, reason), self.node_id)
+                await report_unreachable(self._peer_rpcs, node, reason)
 
 
 __all__ = ["ClusterRole", "TopicExists"]
