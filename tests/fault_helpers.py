@@ -16,8 +16,16 @@ class ContinuousProducer:
     its own thread; counts what was acknowledged and keeps every delivery error."""
 
     def __init__(
-        self, bootstrap: str, topic: str, prefix: str, value_bytes: int = 1000, **extra: Any
+        self,
+        bootstrap: str,
+        topic: str,
+        prefix: str,
+        value_bytes: int = 1000,
+        pace_s: float = 0.001,
+        **extra: Any,
     ) -> None:
+        self.pace_s = pace_s
+        self.flush_s = 180.0  # how long stop() lets the queued records drain
         self.topic = topic
         self.prefix = prefix
         self.pad = b"." * value_bytes
@@ -61,8 +69,8 @@ class ContinuousProducer:
                 self.producer.poll(0.1)
                 continue
             self.sent += 1
-            self.producer.poll(0.001)  # pacing: about a thousand records a second at most
-        self.flushed = self.producer.flush(120)
+            self.producer.poll(self.pace_s)  # pacing: at most one record per pace_s
+        self.flushed = self.producer.flush(self.flush_s)
 
     def start(self) -> ContinuousProducer:
         self._thread.start()
@@ -70,7 +78,7 @@ class ContinuousProducer:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(180)
+        self._thread.join(self.flush_s + 30)
         assert not self._thread.is_alive(), "the producer did not finish"
 
 
