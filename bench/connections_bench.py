@@ -6,7 +6,9 @@ producer twice: alone ("quiet"), and while ``--idle`` idle TCP connections are o
 ``--slowloris`` clients each send one byte a second of a frame that never completes ("loaded");
 the order alternates between rounds so that drift on a shared machine hits both alike. Prints
 one JSON line per phase, then a summary line: the throughput ratio loaded/quiet per round
-(target: at least 0.9) and the broker's RSS per idle connection.
+(target: at least 0.9), the same ratio of broker CPU seconds per 100 MB produced (what the
+connections cost the broker, steadier than MB/s on a shared machine) and the broker's RSS per
+connection opened (idle and slowloris).
 
     .venv/bin/python bench/connections_bench.py --idle 5000 --slowloris 200 --rounds 4
 
@@ -65,6 +67,12 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def open_idle(host: str, port: int, count: int) -> list[socket.socket]:
@@ -364,17 +372,26 @@ def main() -> int:
                         if not per_conn:  # later rounds reuse the memory the first freed
                             per_conn.append((rss_kib(pid) - before) / total)
                     try:
+                        cpu_before = cpu_seconds(pid)
                         got = produce(bootstrap, topic, args.messages, args.size)
+                        cpu = cpu_seconds(pid) - cpu_before
                     finally:
                         if slow is not None:
                             slow.stop()
                         close_all(idle)
+                    # The broker's work for the closes (~0.3 ms of CPU each) must not land on
+                    # the next phase.
+                    wait_for_metric(admin, "zonefleet_connections", lambda n: n == 0, 300)
                     if got.errors:
                         print(f"errors: {got.errors[:5]}", file=sys.stderr)
                         return 1
                     row[phase] = got.mb_s
+                    # Broker CPU per 100 MB of values: what the connections cost the broker,
+                    # less sensitive than MB/s to other load on a shared machine.
+                    row[f"{phase}_cpu_s_per_100mb"] = cpu / (got.delivered * args.size / 1e8)
                     print(json.dumps({"round": round_no, "phase": phase, "mb_s": got.mb_s}))
                 row["ratio"] = row["loaded"] / row["quiet"]
+                row["cpu_ratio"] = row["loaded_cpu_s_per_100mb"] / row["quiet_cpu_s_per_100mb"]
                 results.append(row)
                 print(json.dumps({"round": round_no, **row}), flush=True)
     ratios = [r["ratio"] for r in results]
@@ -389,6 +406,10 @@ def main() -> int:
         "quiet_mb_s_median": statistics.median(r["quiet"] for r in results),
         "loaded_mb_s_median": statistics.median(r["loaded"] for r in results),
         "rss_kib_per_connection": per_conn[0],
+        "cpu_ratio_median": statistics.median(r["cpu_ratio"] for r in results),
+        "cpu_ratio_min": min(r["cpu_ratio"] for r in results),
+        "cpu_ratio_max": max(r["cpu_ratio"] for r in results),
+        "load_average": os.getloadavg()[0],
     }
     print(json.dumps(summary))
     return 0

@@ -27,9 +27,13 @@ _READ_BUFFER_BYTES: Final = 64 * 1024
 _JOIN_LIMIT: Final = 16 * 1024
 # Linux IOV_MAX; sendmsg rejects longer buffer lists.
 _IOV_MAX: Final = 1024
-# The least a frame body is first given: a slowloris that announces a large frame holds this
-# (and then about twice what it sent), not the size it announced.
+# A frame body is given at most _GROWTH times the bytes of the frame received so far (prefix
+# included; at least _BODY_START), never the size its prefix announced: a slowloris announcing
+# 100 MB and sending a byte a second holds 4 KiB. 16: a frame of up to 1 MiB streaming in
+# (64 KiB in the read buffer with its prefix) gets its whole body at once, received straight
+# into, as before; each growth of a larger one copies what arrived.
 _BODY_START: Final = 4096
+_GROWTH: Final = 16
 # Empty read buffers waiting for the next connection with bytes to read: reuse saves a 64 KiB
 # allocation each time a connection's buffer empties. At most _POOL_MAX kept (4 MiB).
 _POOL_MAX: Final = 64
@@ -61,10 +65,9 @@ class FrameReader:
     or slow connections cost little (docs/reliability.md, "Idle connections and slowloris"):
     on a socket, the read buffer is held only while bytes are being taken from it (it goes
     back to a shared pool, the odd bytes of a size prefix aside, while the reader waits for
-    data with a MSG_PEEK), and a frame's body grows from 4 KiB by doubling as its
-    bytes come in, rather than being
-    allocated at the size its prefix announces (a slowloris announcing 100 MB and trickling
-    bytes holds about twice what it sent, at least 4 KiB).
+    data with a MSG_PEEK), and a frame's body grows as its bytes come in, to at most 16 times
+    what arrived (at least 4 KiB), rather than being allocated at the size its prefix
+    announces (a slowloris announcing 100 MB and sending a byte a second holds 4 KiB).
     """
 
     def __init__(
@@ -200,10 +203,10 @@ class FrameReader:
             size = await self.read_size()
             if size is None:
                 return None
-            # Allocated for what arrived with the prefix (at least _BODY_START); a body that
-            # has not all arrived grows as the rest comes in.
+            # Sized by what arrived with the prefix; a body that has not all arrived grows as
+            # the rest comes in.
             buffered = self._end - self._start
-            body = bytearray(min(size, max(_BODY_START, buffered)))
+            body = bytearray(min(size, max(_BODY_START, _GROWTH * (4 + buffered))))
             take = min(size, buffered)
             body[:take] = self._view[self._start : self._start + take]
             self._start += take
@@ -214,9 +217,10 @@ class FrameReader:
             # The read buffer is empty whenever a body is still incomplete.
             remaining = size - self._filled
             if len(body) < size and (self._filled == len(body) or remaining < self._buf_bytes):
-                # Grow by doubling (to the whole frame for its last read buffer's worth): few
-                # reallocations for a large frame, and never much more than the peer sent.
-                grown = size if remaining < self._buf_bytes else min(size, 2 * len(body))
+                # Grow with what arrived (to the whole frame for its last read buffer's worth).
+                grown = size
+                if remaining >= self._buf_bytes:
+                    grown = min(size, _GROWTH * (4 + self._filled))
                 body.extend(bytes(grown - len(body)))
             if remaining >= self._buf_bytes:
                 # Large body: receive straight into it, no second copy.
