@@ -17,10 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
-from tests.fault_helpers import ContinuousProducer, strip, wait_until
+from shared_wal import RecordType, WalConfig, WalReader, WalWriter, open_wal_fs
+from tests.fault_helpers import ContinuousProducer, strip, until, wait_until
 from tests.fleet_process import FleetProcess
 from tests.nfs_server import GANESHA, GaneshaServer, GaneshaUnavailable, _accepting
+from tests.wal_helpers import running
 from tests.zone_fleet import (
     ZoneFleet,
     check_exactly_once_in_order,
@@ -40,12 +43,21 @@ class RestartableGanesha(GaneshaServer):
     def restart(self, *, crash: bool, timeout: float = 20.0) -> float:
         """Stop ganesha (SIGTERM, or SIGKILL for a `crash`) and start it again with the same
         config; returns how long the server was not serving (seconds)."""
-        conf = self.tmp / "ganesha.conf"
         stopped = time.monotonic()
+        self.stop_serving(crash=crash)
+        self.serve_again(timeout)
+        return time.monotonic() - stopped
+
+    def stop_serving(self, *, crash: bool = False) -> None:
+        """Stop the server process, keeping its export, config and port."""
         if crash and self._proc is not None:
             self._proc.kill()
             self._proc.wait(10)
         self._terminate()
+
+    def serve_again(self, timeout: float = 20.0) -> None:
+        """Start ganesha again on the same port and export, and wait until it serves."""
+        conf = self.tmp / "ganesha.conf"
         self.log_path.write_bytes(b"")
         self._proc = subprocess.Popen(
             [
@@ -68,7 +80,6 @@ class RestartableGanesha(GaneshaServer):
             f"ganesha serving again on port {self.port}",
             timeout,
         )
-        return time.monotonic() - stopped
 
 
 @pytest.fixture
@@ -154,3 +165,59 @@ def test_ganesha_restart_during_produce(
     print(f"  longest gap between acks {producer.longest_gap:.1f} s ({gap_before:.1f} s before);")
     print(f"  {reconnects} reconnect lines; {producer.sent} records read back in every zone;")
     print(f"  {time.monotonic() - restarted_at:.0f} s from the restart to the end")
+
+
+# -- the WAL writer and a reader on one nfs:// file system ------------------------------------
+
+
+async def test_writer_and_reader_carry_on_across_a_restart(ganesha: RestartableGanesha) -> None:
+    fs = open_wal_fs(f"{ganesha.url}/w-{uuid.uuid4().hex[:8]}")
+    wal = await WalWriter.open(fs, "w1", WalConfig(retention_ms=None, segment_bytes=64 * 1024))
+    reader = WalReader(fs, "w1")
+    try:
+        async with running(wal):
+            positions = [await wal.append(RecordType.DATA, {"i": i}, b"a" * 500) for i in range(50)]
+            before = await trio.to_thread.run_sync(
+                lambda: [r.header["i"] for r in reader.iter_records(0, wal.end_offset)]
+            )
+            await trio.to_thread.run_sync(lambda: ganesha.restart(crash=True))
+            positions += [
+                await wal.append(RecordType.DATA, {"i": i}, b"b" * 500) for i in range(50, 300)
+            ]
+            assert wal.failed is None and wal.stalled is None
+            got = await trio.to_thread.run_sync(
+                lambda: list(reader.iter_records(0, wal.end_offset))
+            )
+    finally:
+        reader.close()
+        fs.close()
+    assert before == list(range(50))
+    assert [r.header["i"] for r in got] == list(range(300))
+    assert [r.position for r in got] == positions
+    assert len(wal.segments()) > 1  # segments were created after the restart too
+
+
+async def test_writer_holds_its_group_while_the_server_is_down(
+    ganesha: RestartableGanesha,
+) -> None:
+    """Past the reconnect attempts the write fails with ENOTCONN: the writer holds the group,
+    and writes it (from its start) once the server is back."""
+    url = f"{ganesha.url}/w-{uuid.uuid4().hex[:8]}?operation_timeout=1&reconnect_timeout=1"
+    fs = open_wal_fs(url)
+    wal = await WalWriter.open(fs, "w1", WalConfig(retention_ms=None))
+    try:
+        async with running(wal):
+            first = await wal.append(RecordType.DATA, {"i": 0}, b"a" * 500)
+            ganesha.stop_serving()
+            ticket = wal.submit(RecordType.DATA, {"i": 1}, b"b" * 500)
+            await until(lambda: wal.stalled is not None, "the writer holds its group", 120)
+            assert not ticket.done and wal.failed is None and wal.full
+            await trio.to_thread.run_sync(ganesha.serve_again)
+            with trio.fail_after(60):
+                second = await ticket.wait()
+            assert wal.stalled is None and wal.failed is None
+        with WalReader(fs, "w1") as reader:
+            got = list(reader.iter_records(0, wal.end_offset))
+    finally:
+        fs.close()
+    assert [r.position for r in got] == [first, second]
