@@ -29,7 +29,6 @@ from tests.zone_fleet import (
     check_exactly_once_in_order,
     consume_confluent,
     create_topic,
-    start_up_fleet,
     write_zones_toml,
     zone_client_id,
 )
@@ -99,10 +98,12 @@ def nfs_fleet(
     tmp_path: Path, ganesha: RestartableGanesha
 ) -> Iterator[tuple[FleetProcess, ZoneFleet]]:
     wal_dir = f"fleet-{uuid.uuid4().hex[:8]}"
-    path, _ = write_zones_toml(tmp_path / "fleet", wal_url=f"{ganesha.url}/{wal_dir}")
-    proc, fleet = start_up_fleet(tmp_path / "fleet", config=path)
+    path, config = write_zones_toml(tmp_path / "fleet", wal_url=f"{ganesha.url}/{wal_dir}")
+    proc = FleetProcess(tmp_path / "fleet", None, ["--config", str(path)])
     try:
-        yield proc, fleet
+        # A loaded CI machine (other fleets beside this one) can take a minute to start it.
+        proc.start(timeout=180)
+        yield proc, ZoneFleet(config)
     finally:
         proc.stop()
 
