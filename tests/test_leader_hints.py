@@ -219,28 +219,43 @@ def _endpoints(resp: Any) -> list[tuple[int, str, int, str | None]]:
 
 # A direct client of main 1 (az1): tagged az1, untagged (kept in main 1's zone, as its Metadata
 # is), or tagged az2 by AZ id. A partition main 2 leads is in az2: az1 clients go to proxy 101.
-MAIN1_CLIENTS = [("zone=az1", 101), ("rdkafka", 101), ("diskless_az=use1-az2", 2)]
+# An az2 client whose zone has a live proxy is sent there for main 1's own partition too (a
+# client back from a fallback: main_broker/api/zone_redirect.py).
+MAIN1_CLIENTS = [
+    ("zone=az1", None, 101),
+    ("rdkafka", None, 101),
+    ("diskless_az=use1-az2", 102, 2),
+]
 
 
 async def test_main_hints_name_the_leader_of_the_clients_zone(fleet: Fleet) -> None:
     topic, own, other = await _topic(fleet)
-    for client_id, expected in MAIN1_CLIENTS:
+    for client_id, own_elsewhere, expected in MAIN1_CLIENTS:
+        hinted = sorted({expected, own_elsewhere or expected})
         resp = await _request(fleet, 1, 0, 11, _produce_body(topic, [own, other]), client_id)
         parts = _produce_parts(resp)
-        assert parts[own].error_code == ErrorCode.none
-        assert _leader(parts[own]) == (-1, -1)  # a success carries no hint
+        if own_elsewhere is None:
+            assert parts[own].error_code == ErrorCode.none
+            assert _leader(parts[own]) == (-1, -1)  # a success carries no hint
+        else:
+            assert parts[own].error_code == NOT_LEADER
+            assert _leader(parts[own]) == (own_elsewhere, 0), client_id
         assert parts[other].error_code == NOT_LEADER
         assert _leader(parts[other]) == (expected, 0), client_id
-        assert _endpoints(resp) == [fleet.endpoint(expected)], client_id
+        assert _endpoints(resp) == [fleet.endpoint(n) for n in hinted], client_id
 
         resp = await _request(
             fleet, 1, 1, 16, _fetch_body(fleet, 16, topic, [own, other]), client_id
         )
         parts = _fetch_parts(resp)
-        assert parts[own].error_code == ErrorCode.none and _leader(parts[own]) == (-1, -1)
+        if own_elsewhere is None:
+            assert parts[own].error_code == ErrorCode.none and _leader(parts[own]) == (-1, -1)
+        else:
+            assert parts[own].error_code == NOT_LEADER
+            assert _leader(parts[own]) == (own_elsewhere, 0), client_id
         assert parts[other].error_code == NOT_LEADER
         assert _leader(parts[other]) == (expected, 0), client_id
-        assert _endpoints(resp) == [fleet.endpoint(expected)], client_id
+        assert _endpoints(resp) == [fleet.endpoint(n) for n in hinted], client_id
 
     # Its Metadata agrees: for an untagged client, the same leader as the hint.
     meta = await _request(fleet, 1, 3, 12, {"topics": [{"name": topic}]}, "rdkafka")
@@ -253,10 +268,12 @@ async def test_main_hints_fenced_leader_epoch_with_the_current_epoch(fleet: Flee
     plog = fleet.mains[1].store.partition(topic, own)
     assert plog is not None
     plog.leader_epoch = 3  # as after two leader changes
-    for client_id, expected in (("zone=az1", 1), ("zone=az2", 102)):
+    # An az2 client is sent to its zone's proxy whatever its epoch (NOT_LEADER_OR_FOLLOWER):
+    # main 1 is not in its zone view.
+    for client_id, error, expected in (("zone=az1", FENCED, 1), ("zone=az2", NOT_LEADER, 102)):
         body = _fetch_body(fleet, 16, topic, [own], epoch=1)
         part = _fetch_parts(await _request(fleet, 1, 1, 16, body, client_id))[own]
-        assert part.error_code == FENCED
+        assert part.error_code == error
         assert _leader(part) == (expected, 3), client_id
 
 

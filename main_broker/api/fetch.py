@@ -14,6 +14,7 @@ from kafka_wire.fetch_serving import PartitionReadError, leader_epoch_error, ser
 from kafka_wire.leader_epochs import offsets_for_leader_epochs
 from kafka_wire.record_batch import decode_records_for_tools, parse_batch_header
 from kafka_wire.server_loop import Buffer
+from main_broker.api.zone_redirect import misplaced
 from main_broker.log_store import TopicState
 from main_broker.partition_log import BatchEntry, leader_error
 
@@ -98,9 +99,64 @@ class _UnvouchedFetchSource(_BrokerFetchSource):
         return None if state is None else _NotLedTopic(state)
 
 
+class _ZonePartitions:
+    """A topic's partitions as the client's zone view has them: the ones it gives to another
+    node (its zone's proxy) read as not led here. Checked as the request names them."""
+
+    __slots__ = ("_broker", "_ctx", "_name", "_partitions")
+
+    def __init__(
+        self, broker: BrokerServices, ctx: RequestContext, name: str, partitions: Sequence[Any]
+    ) -> None:
+        self._broker = broker
+        self._ctx = ctx
+        self._name = name
+        self._partitions = partitions
+
+    def __len__(self) -> int:
+        return len(self._partitions)
+
+    def __getitem__(self, index: int) -> Any:
+        if misplaced(self._broker, self._ctx, [(self._name, index)]):
+            return _NotLed()
+        return self._partitions[index]
+
+
+class _ZoneTopic:
+    __slots__ = ("name", "partitions", "topic_id")
+
+    def __init__(self, state: TopicState, partitions: _ZonePartitions) -> None:
+        self.name = state.name
+        self.topic_id = state.topic_id
+        self.partitions = partitions
+
+
+class _ZoneFetchSource(_BrokerFetchSource):
+    """NOT_LEADER_OR_FOLLOWER for the partitions the client's zone view gives to its zone's
+    proxy (a client back from a fallback: main_broker/api/zone_redirect.py)."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, broker: BrokerServices, ctx: RequestContext) -> None:
+        super().__init__(broker)
+        self._ctx = ctx
+
+    def _routed(self, state: TopicState | None) -> Any:
+        if state is None or not self._broker.config.zone_proxies:
+            return state
+        partitions = _ZonePartitions(self._broker, self._ctx, state.name, state.partitions)
+        return _ZoneTopic(state, partitions)
+
+    def topic_by_name(self, name: str) -> Any:
+        return self._routed(super().topic_by_name(name))
+
+    def topic_by_id(self, topic_id: bytes) -> Any:
+        return self._routed(super().topic_by_id(topic_id))
+
+
 async def fetch(broker: BrokerServices, ctx: RequestContext, req: Any) -> Sequence[Buffer]:
     header = ctx.header
-    source = _BrokerFetchSource(broker)
+    source: _BrokerFetchSource = _ZoneFetchSource(broker, ctx)
     cluster = broker.cluster
     if not cluster.reads_fresh() and not await cluster.wait_reads_fresh(UNVOUCHED_WAIT_S):
         source = _UnvouchedFetchSource(broker)

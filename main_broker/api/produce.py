@@ -21,6 +21,7 @@ from kafka_wire.hot_codecs import (
 from kafka_wire.leader_hints import fill_produce_hints
 from kafka_wire.server_loop import Buffer, decode_produce_or_close
 from kafka_wire.topic_bytes import TopicFinish
+from main_broker.api.zone_redirect import misplaced
 from main_broker.append import PendingAppends, append_partition
 
 if TYPE_CHECKING:
@@ -38,6 +39,13 @@ def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray)
     metrics = broker.metrics
     appender = broker.appender
     now_ms = int(time.time() * 1000)
+    # A client back from a fallback to the mains goes to its zone's proxy again (acks=0 has
+    # no answer to say so: served as before).
+    elsewhere = (
+        misplaced(broker, ctx, [(t.name, p.index) for t in req.topics for p in t.partitions])
+        if req.acks != 0
+        else frozenset()
+    )
     pending = PendingAppends()
     topics_out: list[tuple[str, list[ProducePartitionResult]]] = []
     for topic in req.topics:
@@ -48,6 +56,11 @@ def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray)
             results.append(result)
             if topic.unknown_id:  # v13+
                 result.error_code = ErrorCode.unknown_topic_id
+                continue
+            if (topic.name, part.index) in elsewhere:
+                result.error_code = code = ErrorCode.not_leader_or_follower
+                result.error_message = "its zone's proxy leads it for this client"
+                metrics.request_errors.labels("Produce", code.name).inc()
                 continue
             records = part.records
             decision = appender.decide(
