@@ -88,6 +88,7 @@ class FrameReader:
         self._start = 0
         self._end = 0
         self._stash = b""  # part of a size prefix, while the read buffer is in the pool
+        self._more = False  # the last fill of the read buffer filled it: the peer streams
         # The size of the frame whose prefix was read, and its body as received so far (it
         # grows as bytes arrive); both kept across cancellations.
         self._size = -1
@@ -142,11 +143,13 @@ class FrameReader:
         """Receives more bytes into the read buffer; returns 0 on EOF. What the buffer holds
         here is part of a size prefix at most (< 4 bytes)."""
         sock = self._sock
-        if sock is not None:
+        if sock is not None and not self._more:
             # Wait for bytes (or EOF) without holding a read buffer: a MSG_PEEK into a scratch
             # buffer all readers share (only the count is used). trio yields after each
             # receive, so a buffer received into is held across a yield: thousands of
-            # connections woken at once by a byte each would hold a read buffer each.
+            # connections woken at once by a byte each would hold a read buffer each. Skipped
+            # (a syscall and a yield saved) while the peer streams: the last receive filled
+            # all the room it had.
             self._release_buffer()
             if sock.fileno() == -1:
                 raise trio.ClosedResourceError("the socket was closed")
@@ -155,6 +158,7 @@ class FrameReader:
                 if 0 < peeked < len(_PEEK_VIEW):
                     # A trickle: take just these bytes, then the read buffer (no yield).
                     data = await sock.recv(min(peeked, self._buf_bytes - len(self._stash)))
+                    self._more = False
                     self._stash += data
                     self._take_buffer()
                     return len(data)
@@ -173,7 +177,10 @@ class FrameReader:
             pending = self._end - self._start
             self._buf[:pending] = self._view[self._start : self._end]
             self._start, self._end = 0, pending
+        room = len(self._buf) - self._end
         n = await self._recv_into(self._view[self._end :])
+        # A body received straight into is not a sign: its last receive fills it exactly.
+        self._more = n == room
         self._end += n
         return n
 
