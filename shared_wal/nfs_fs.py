@@ -80,7 +80,11 @@ def _connection_lost(exc: BaseException) -> bool:
 
 
 def _repeatable(exc: nfs_rs.NfsError, name: str, idempotent: frozenset[str]) -> bool:
-    """Whether a call that failed with `exc` may be made again on a new client."""
+    """Whether a call that failed with `exc` may be made again on a new client: it is
+    idempotent, or it never reached a server (a client closed by a reconnect in another
+    thread), or the server said it did not act on it."""
+    if isinstance(exc, nfs_rs.NfsClosedResourceError):
+        return True
     return name in idempotent or exc.outcome in (
         nfs_rs.OperationOutcome.SAFE_TO_RETRY,
         nfs_rs.OperationOutcome.DEFINITE_FAILURE,
