@@ -30,7 +30,7 @@ from tests.zone_fleet import check_exactly_once_in_order, consume_confluent, obj
 
 __all__ = ["moto"]  # the fixture, imported so pytest finds it
 
-# Issue 14's outage is 60 s (the test takes about 100 s); FAULT_OUTAGE_S shortens it locally.
+# Issue 14's outage is 60 s (the test takes about 70 s); FAULT_OUTAGE_S shortens it locally.
 OUTAGE_S = float(os.environ.get("FAULT_OUTAGE_S", "60"))
 MAX_BYTES = 1024 * 1024
 
