@@ -652,6 +652,7 @@ def availability(
         "seconds_outside_with_acks_in_every_zone": len(good),
         "availability_outside_faults": round(len(good) / len(outside), 4) if outside else None,
         "acks_per_second": [sum(per_zone[z][i] for z in zones) for i in range(seconds)],
+        "acks_per_second_by_zone": per_zone,
         "in_fault": in_fault,
         "bad_seconds_outside": [i for i in outside if i not in set(good)][:50],
     }
@@ -837,14 +838,18 @@ def _soak(
     windows = [(f.injected, f.recovered if f.recovered >= 0 else load_end) for f in records]
     av = availability(ledger, zones, load_start, load_end, windows)
     recoveries = [f.recovery_s for f in records if f.recovered >= 0]
-    ok = not divergent and all(
-        r["lost"] == 0
-        and r["duplicates"] == 0
-        and r["out_of_order"] == 0
-        and r["misplaced"] == 0
-        and r["partitions_with_offset_gaps"] == 0
-        and not r["read_stopped_short"]
-        for r in by_zone.values()
+    ok = (
+        not divergent
+        and all(v["differs_from_final_read"] == 0 and v["rewinds"] == 0 for v in live.values())
+        and all(
+            r["lost"] == 0
+            and r["duplicates"] == 0
+            and r["out_of_order"] == 0
+            and r["misplaced"] == 0
+            and r["partitions_with_offset_gaps"] == 0
+            and not r["read_stopped_short"]
+            for r in by_zone.values()
+        )
     )
     return {
         "ok": ok,
@@ -857,14 +862,8 @@ def _soak(
             "median": round(statistics.median(recoveries), 2) if recoveries else None,
             "max": round(max(recoveries), 2) if recoveries else None,
         },
-        "recovery_by_kind": {
-            kind: {
-                "median": round(statistics.median(rs), 2),
-                "max": round(max(rs), 2),
-            }
-            for kind in sorted({f.kind for f in records})
-            if (rs := [f.recovery_s for f in records if f.kind == kind and f.recovered >= 0])
-        },
+        "recovery_by_kind": _stats_by_kind(records, lambda f: f.recovery_s),
+        "after_heal_by_kind": _stats_by_kind(records, lambda f: f.recovered - f.healed),
         "sent": sum(p.sent for p in producers),
         "acked": len(acked),
         "delivery_failures": sum(len(p.failed) for p in producers),
@@ -885,6 +884,21 @@ def _soak(
     }
 
 
+def _stats_by_kind(
+    records: list[FaultRecord], measure: Callable[[FaultRecord], float]
+) -> dict[str, dict[str, float]]:
+    """Median and max of `measure` over each kind's recovered faults."""
+    out = {}
+    for kind in sorted({f.kind for f in records}):
+        values = [measure(f) for f in records if f.kind == kind and f.recovered >= 0]
+        if values:
+            out[kind] = {
+                "median": round(statistics.median(values), 2),
+                "max": round(max(values), 2),
+            }
+    return out
+
+
 def summary_text(report: dict[str, Any]) -> str:
     av = report["availability"]
     opts = report["options"]
@@ -896,6 +910,8 @@ def summary_text(report: dict[str, Any]) -> str:
         f"recovery (injection to every zone and partition acked again): median "
         f"{report['recovery_s']['median']} s, max {report['recovery_s']['max']} s; by kind "
         f"{report['recovery_by_kind']}",
+        f"from the heal (restart launched, SIGCONT, ganesha serving) to recovery, by kind: "
+        f"{report['after_heal_by_kind']}",
     ]
     for f in report["faults"]:
         lines.append(
