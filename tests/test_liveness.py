@@ -14,11 +14,13 @@ from main_broker.cluster.liveness import (
 
 def test_refused_connections_condemn_fast_timeouts_slowly() -> None:
     tracker = ProbeTracker()
+    assert not tracker.answering(2)
     tracker.record(2, ProbeOutcome.ANSWERED)
     tracker.record(3, ProbeOutcome.ANSWERED)
+    assert tracker.answering(2)
     for _ in range(REFUSED_TO_DEAD - 1):
         tracker.record(2, ProbeOutcome.REFUSED, "refused")
-    assert tracker.suspected(2) and not tracker.dead(2)
+    assert tracker.suspected(2) and not tracker.dead(2) and not tracker.answering(2)
     tracker.record(2, ProbeOutcome.REFUSED, "refused")
     assert tracker.dead(2) and tracker.gone(2)
     assert "refused" in tracker.why(2)

@@ -78,6 +78,11 @@ class ProbeTracker:
         rec = self.records.get(node)
         return rec is not None and rec.answered and rec.refused >= REFUSED_TO_DEAD
 
+    def answering(self, node: int) -> bool:
+        """Answered its latest probe."""
+        rec = self.records.get(node)
+        return rec is not None and rec.answered and rec.failed == 0
+
     def suspected(self, node: int) -> bool:
         rec = self.records.get(node)
         return rec is not None and rec.failed > 0

@@ -232,8 +232,15 @@ class ClusterRole:
         (a main that stopped cleanly keeps its partitions: it is being restarted)."""
         mains = set(self.main_ids)
         dead = {r.node_id for r in members.dead if r.role == "main"} & mains
-        live = sorted({r.node_id for r in members.alive if r.role == "main"} & mains)
-        await self.evacuate_dead(dead, live, dict.fromkeys(dead, "no heartbeat"))
+        live = {r.node_id for r in members.alive if r.role == "main"} & mains
+        if self.watch is not None:
+            # A heartbeat is a write to the object store: one that went stale while the main
+            # answers its probes means the store stalled, not the main (and this main is
+            # plainly up).
+            answering = {n for n in dead if self.watch.answering(n)} | {self.node_id}
+            dead -= answering
+            live |= answering & mains
+        await self.evacuate_dead(dead, sorted(live), dict.fromkeys(dead, "no heartbeat"))
 
     async def evacuate_dead(self, dead: set[int], live: list[int], why: dict[int, str]) -> int:
         """Move the partitions of the `dead` mains to the `live` ones (marked source_dead: the

@@ -79,6 +79,10 @@ class MainWatch:
                 await self._checked.wait()
         return self.reads_fresh()
 
+    def answering(self, node: int) -> bool:
+        """Whether `node` answered its latest probe (this main always does)."""
+        return node == self.node_id or self.tracker.answering(node)
+
     # -- reports -----------------------------------------------------------------------------
 
     def report(self, message: MainUnreachable, reporter: int) -> bool:
