@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,30 @@ class ZoneNamespaces:
         if errors:
             raise RuntimeError("could not delete namespaces: " + "; ".join(errors))
 
+    # -- cutting a zone off ----------------------------------------------------------------
+
+    def _bridge_port(self, zone: str) -> str:
+        return f"vz{self.zones.index(zone) + 1}"
+
+    def cut(self, zone: str) -> None:
+        """Cut the zone off from the others: its bridge port stops forwarding, so every frame
+        to or from it is dropped in the network. Nothing answers, nothing resets, and both
+        ends' links stay up, so their TCP stacks see silence, as across a real partition.
+        Inside the zone (over `lo`) everything still flows."""
+        self._port_state(zone, "disabled")
+
+    def heal(self, zone: str) -> None:
+        """Undo `cut`: the zone's bridge port forwards again (no STP here: at once)."""
+        self._port_state(zone, "forwarding")
+
+    def _port_state(self, zone: str, state: str) -> None:
+        number = {"disabled": "0", "forwarding": "3"}[state]
+        port = self._bridge_port(zone)
+        self.run_in(self.bridge_ns, ["bridge", "link", "set", "dev", port, "state", number])
+        shown = self.run_in(self.bridge_ns, ["bridge", "link", "show", "dev", port])
+        if f"state {state}" not in shown:
+            raise RuntimeError(f"{port} of {zone} is not {state}: {shown.strip()}")
+
     # -- running things inside a zone ------------------------------------------------------
 
     def argv(self, zone: str, cmd: Sequence[str]) -> list[str]:
@@ -271,8 +295,15 @@ class TcpLedger:
         return list(by_tuple.values())
 
 
-def netns_fleet_toml(data_dir: Path, ns: ZoneNamespaces, base_port: int, secret: str) -> str:
-    """`zonefleet up --zones N`'s fleet, with every node bound to its zone's namespace address.
+def netns_fleet_toml(
+    data_dir: Path,
+    ns: ZoneNamespaces,
+    base_port: int,
+    secret: str,
+    main_zones: Collection[str] | None = None,
+) -> str:
+    """`zonefleet up --zones N`'s fleet, with every node bound to its zone's namespace address;
+    with `main_zones`, only the mains of those zones (the others hold a proxy only).
 
     Ports may stay as they are: each namespace has its own port space.
     """
@@ -284,6 +315,12 @@ def netns_fleet_toml(data_dir: Path, ns: ZoneNamespaces, base_port: int, secret:
             m = re.search(r'(?m)^zone\s*=\s*"([^"]+)"', block)
             if m is None or m.group(1) not in ns.zones:
                 raise ValueError(f"fleet block without a known zone:\n{block}")
+            if (
+                block.startswith("[[main_brokers]]")
+                and main_zones is not None
+                and m.group(1) not in main_zones
+            ):
+                continue
             addr = ns.address(m.group(1))
             block = re.sub(r'(?m)^((?:admin_)?host\s*=\s*)"[^"]*"', rf'\1"{addr}"', block)
         out.append(block)
@@ -307,13 +344,19 @@ class NodeProcess:
 class NamespacedFleet:
     """Each main broker and proxy of the fleet TOML as its own process in its zone's namespace."""
 
-    def __init__(self, ns: ZoneNamespaces, data_dir: Path, base_port: int = 19092) -> None:
+    def __init__(
+        self,
+        ns: ZoneNamespaces,
+        data_dir: Path,
+        base_port: int = 19092,
+        main_zones: Collection[str] | None = None,
+    ) -> None:
         self.ns = ns
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = data_dir / "fleet.toml"
         self.config_path.write_text(
-            netns_fleet_toml(data_dir, ns, base_port, secrets.token_hex(32))
+            netns_fleet_toml(data_dir, ns, base_port, secrets.token_hex(32), main_zones)
         )
         self.config_path.chmod(0o600)
         self.config: FleetConfig = load_fleet_config(self.config_path, discover=None)
@@ -341,10 +384,21 @@ class NamespacedFleet:
                 self._wait_healthy(node, timeout)
         return self
 
-    def _spawn(self, role: str, node_id: int, zone: str, host: str, port: int) -> NodeProcess:
+    def restart(self, node: NodeProcess, timeout: float = 60.0) -> NodeProcess:
+        """Start an exited node again, as its supervisor would (its log goes on)."""
+        assert node.proc.poll() is not None, f"{node.label} is still running"
+        host, port = node.admin_url.removeprefix("http://").rsplit(":", 1)
+        self.nodes.remove(node)
+        again = self._spawn(node.role, node.node_id, node.zone, host, int(port), mode="ab")
+        self._wait_healthy(again, timeout)
+        return again
+
+    def _spawn(
+        self, role: str, node_id: int, zone: str, host: str, port: int, mode: str = "wb"
+    ) -> NodeProcess:
         log = self.data_dir / f"{role}-{node_id}.log"
         cmd = ["main-broker" if role == "main" else "proxy", "--config", str(self.config_path)]
-        with open(log, "wb") as out:
+        with open(log, mode) as out:
             proc = subprocess.Popen(
                 self.ns.argv(zone, [ZONEFLEET, *cmd, "--node-id", str(node_id)]),
                 stdout=out,
@@ -450,6 +504,14 @@ def create_topic(bootstrap: str, zone: str, topic: str, partitions: int) -> dict
     }
 
 
+def leaders(bootstrap: str, zone: str, topic: str) -> dict[str, int]:
+    """Partition -> leader id, as a client of the zone bootstrapping there sees them."""
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient(_client_conf(bootstrap, zone)).list_topics(topic, timeout=30)
+    return {str(p): m.leader for p, m in meta.topics[topic].partitions.items()}
+
+
 def produce(
     bootstrap: str,
     zone: str,
@@ -534,12 +596,223 @@ def consume(
     return {"partitions": _digests(digests, counts)}
 
 
+def _write_progress(path: str, progress: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(progress, f)
+    os.replace(tmp, path)
+
+
+def _error_entry(err: Any) -> dict[str, Any]:
+    return {
+        "name": err.name(),
+        "str": err.str(),
+        "retriable": bool(err.retriable()),
+        "fatal": bool(err.fatal()),
+        "t": time.time(),
+    }
+
+
+def produce_stream(
+    bootstrap: str,
+    zone: str,
+    topic: str,
+    partitions: int,
+    progress: str,
+    stop: str,
+    message_timeout_ms: int = 120000,
+    rate: float = 200.0,
+) -> dict[str, Any]:
+    """Produce (acks=all, idempotent) `<zone>-<n>` round-robin at about `rate` a second until
+    the file `stop` exists, then flush. Reports each acknowledged record as (partition, offset,
+    key, time acknowledged), each failed one as (key, error), and the client's own errors;
+    `progress` holds the counts so far, per partition too, rewritten as they change."""
+    from confluent_kafka import Producer
+
+    client_errors: list[dict[str, Any]] = []
+    # librdkafka's own counters, summed over brokers: requests retried, failed, timed out.
+    stats = {"txretries": 0, "txerrs": 0, "req_timeouts": 0}
+
+    def on_stats(text: str) -> None:
+        brokers = json.loads(text).get("brokers", {}).values()
+        for name in stats:
+            stats[name] = sum(int(b.get(name, 0)) for b in brokers)
+
+    producer = Producer(
+        {
+            **_client_conf(bootstrap, zone),
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": message_timeout_ms,
+            "reconnect.backoff.max.ms": 1000,
+            "statistics.interval.ms": 200,
+            "stats_cb": on_stats,
+            "error_cb": lambda err: client_errors.append(_error_entry(err)),
+        }
+    )
+    acked: list[tuple[int, int, str, float]] = []
+    failed: list[tuple[str, dict[str, Any]]] = []
+    by_partition = dict.fromkeys(range(partitions), 0)
+
+    def delivered(err: Any, msg: Any) -> None:
+        key = msg.key().decode()
+        if err is not None:
+            failed.append((key, _error_entry(err)))
+            return
+        acked.append((msg.partition(), msg.offset(), key, time.time()))
+        by_partition[msg.partition()] += 1
+
+    def report() -> None:
+        _write_progress(
+            progress,
+            {
+                "sent": sent,
+                "acked": len(acked),
+                "failed": len(failed),
+                "client_errors": len(client_errors),
+                "by_partition": by_partition,
+                "last_ack": acked[-1][3] if acked else None,
+                **stats,
+            },
+        )
+
+    sent = 0
+    last = 0.0
+    start = time.monotonic()
+    while not os.path.exists(stop):
+        if sent < (time.monotonic() - start) * rate:
+            key = f"{zone}-{sent}"
+            try:
+                producer.produce(
+                    topic, key.encode(), key=key, partition=sent % partitions, on_delivery=delivered
+                )
+                sent += 1
+            except BufferError:
+                pass
+        producer.poll(0.002)
+        if time.monotonic() - last > 0.1:
+            report()
+            last = time.monotonic()
+    left = producer.flush(message_timeout_ms / 1000 + 30)
+    report()
+    return {
+        "sent": sent,
+        "acked": acked,
+        "failed": failed,
+        "client_errors": client_errors,
+        "unflushed": left,
+        "stats": stats,
+    }
+
+
+def probe(bootstrap: str, zone: str, topic: str, timeout_s: float) -> dict[str, Any]:
+    """What a client sees of partition 0 within `timeout_s`: one record produced (idempotent,
+    acks=all, that delivery timeout) and the partition's offsets asked for; each step's error
+    name (None: it worked) and how long it took."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    out: dict[str, Any] = {}
+    producer = Producer(
+        {
+            **_client_conf(bootstrap, zone),
+            "acks": "all",
+            "enable.idempotence": True,
+            "message.timeout.ms": int(timeout_s * 1000),
+        }
+    )
+    errors: list[Any] = []
+    t0 = time.monotonic()
+    producer.produce(topic, b"probe", partition=0, on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(timeout_s + 10)
+    err = errors[0] if errors else None
+    out["produce"] = {
+        "error": None if err is None else err.name(),
+        "retriable": None if err is None else bool(err.retriable()),
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+    consumer = Consumer({**_client_conf(bootstrap, zone), "group.id": "probe"})
+    t0 = time.monotonic()
+    try:
+        consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        name, retriable = None, None
+    except KafkaException as exc:
+        name, retriable = exc.args[0].name(), bool(exc.args[0].retriable())
+    out["offsets"] = {
+        "error": name,
+        "retriable": retriable,
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+    consumer.close()
+    return out
+
+
+def tail(
+    bootstrap: str, zone: str, topic: str, partitions: int, progress: str, stop: str
+) -> dict[str, Any]:
+    """Read every partition from offset 0 as records arrive until the file `stop` exists, then
+    up to the high watermarks of that moment; reports (partition, offset, key) of each record
+    in the order read, and the client's errors. `progress` holds the count read so far."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    client_errors: list[dict[str, Any]] = []
+    consumer = Consumer(
+        {
+            **_client_conf(bootstrap, zone),
+            "group.id": f"netns-tail-{zone}-{secrets.token_hex(4)}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "reconnect.backoff.max.ms": 1000,
+            "error_cb": lambda err: client_errors.append(_error_entry(err)),
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: list[tuple[int, int, str]] = []
+    message_errors: list[dict[str, Any]] = []
+    next_offset = dict.fromkeys(range(partitions), 0)
+    latest: dict[str, int] = {}  # the highest `<zone>-<n>` read of each producer
+    ends: dict[int, int] | None = None
+    last = 0.0
+    while ends is None or any(next_offset[p] < ends[p] for p in ends):
+        for msg in consumer.consume(500, 0.1):
+            err = msg.error()
+            if err is not None:
+                message_errors.append(_error_entry(err))
+                continue
+            p, offset = msg.partition(), msg.offset()
+            assert p is not None and offset is not None
+            key = (msg.key() or b"").decode()
+            records.append((p, offset, key))
+            next_offset[p] = offset + 1
+            writer, _, n = key.rpartition("-")
+            if n.isdigit():
+                latest[writer] = max(latest.get(writer, -1), int(n))
+        if time.monotonic() - last > 0.1:
+            _write_progress(
+                progress,
+                {"read": len(records), "client_errors": len(client_errors), "latest": latest},
+            )
+            last = time.monotonic()
+        if ends is None and os.path.exists(stop):
+            ends = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(partitions)
+            }
+    consumer.close()
+    _write_progress(progress, {"read": len(records), "client_errors": len(client_errors)})
+    return {"records": records, "client_errors": client_errors, "message_errors": message_errors}
+
+
 COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
     "wait-http": wait_http,
     "http-get": http_get,
     "create-topic": create_topic,
     "produce": produce,
     "consume": consume,
+    "leaders": leaders,
+    "probe": probe,
+    "produce-stream": produce_stream,
+    "tail": tail,
 }
 
 
