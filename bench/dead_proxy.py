@@ -13,15 +13,17 @@ The steps, each in seconds after the kill:
 - `cross_zone`: the first acknowledgement of a record of a partition whose main is in
   another zone, produced straight to that main (the mains' Metadata for a zone without a
   live proxy names the real mains: the fallback);
-- `restart`: the proxy is started again (at once, as a supervisor would), and `healthy` its
-  /healthz answers;
+- `restart`: the proxy is started again (`--down` seconds later), and `healthy` its /healthz
+  answers;
 - `local`: the first acknowledgement of such a record through az2's proxy again;
-- `settled`: the last Produce sent to another zone's main.
+- `settled`: the last Produce sent to another zone's main;
+- `fetch_cross_zone` and `fetch_local`: the consumer's first Fetch from another zone's main
+  after the kill (-1: none), and through the proxy again after the restart.
 
 At the end every acknowledged record is read back (exactly once, in order per partition) by
 the consumer that ran all along and by a new one.
 
-    .venv/bin/python bench/dead_proxy.py --rounds 5 [--json out.json]
+    .venv/bin/python bench/dead_proxy.py --rounds 5 --down 5 [--json out.json]
 """
 
 from __future__ import annotations
@@ -59,7 +61,15 @@ RATE = 200.0  # records a second
 STATS_INTERVAL_MS = 100
 # librdkafka's own default: how often a client that sees no error refreshes its Metadata.
 METADATA_REFRESH_MS = 300_000
-STEPS = ("cross_zone", "restart", "healthy", "local", "settled")
+STEPS = (
+    "cross_zone",
+    "restart",
+    "healthy",
+    "local",
+    "settled",
+    "fetch_cross_zone",
+    "fetch_local",
+)
 
 
 def zone_bootstrap(fleet: ZoneFleet, zone: str) -> str:
@@ -70,12 +80,34 @@ def zone_bootstrap(fleet: ZoneFleet, zone: str) -> str:
     return ",".join([fleet.bootstrap(zone), *mains])
 
 
+def _accumulate(
+    text: str, request: str, total: dict[int, int], last: dict[tuple[int, str], int]
+) -> None:
+    """Adds one librdkafka statistics report's `request` counts per broker node to `total`.
+    librdkafka drops a broker's handle when Metadata stops listing it and makes a new one
+    (counting from 0) when it comes back: each handle's increments are summed."""
+    for b in json.loads(text).get("brokers", {}).values():
+        node = int(b.get("nodeid", -1))
+        if node < 0:
+            continue
+        count = int(b.get("req", {}).get(request, 0))
+        key = (node, str(b.get("name", "")))
+        before = last.get(key, 0)
+        total[node] = total.get(node, 0) + (count - before if count >= before else count)
+        last[key] = count
+
+
 @dataclass
 class Ack:
     at: float  # time.monotonic()
     partition: int
     offset: int | None
     value: bytes
+
+    @property
+    def index(self) -> int:
+        """n of `dead-<n>`: the order the record was produced in."""
+        return int(self.value.rsplit(b"-", 1)[1])
 
 
 @dataclass
@@ -95,6 +127,12 @@ class ZoneClients:
         self.failed: list[tuple[bytes, str]] = []
         self.client_errors: list[str] = []
         self.samples: list[Sample] = []
+        self._total: dict[int, int] = {}  # broker node id -> Produce requests so far
+        self._last_count: dict[tuple[int, str], int] = {}
+        # The consumer's Fetch requests per broker, the same way: (time, {node id: so far}).
+        self.fetches: list[tuple[float, dict[int, int]]] = []
+        self._fetch_total: dict[int, int] = {}
+        self._fetch_last: dict[tuple[int, str], int] = {}
         self.records: list[tuple[int, int, bytes]] = []
         self.sent = 0
         self._stop_producing = threading.Event()
@@ -119,6 +157,8 @@ class ZoneClients:
                 "bootstrap.servers": self.bootstrap,
                 "client.id": zone_client_id(ZONE),
                 "group.id": f"dead-proxy-{uuid.uuid4().hex}",
+                "statistics.interval.ms": STATS_INTERVAL_MS,
+                "stats_cb": self._consumer_stats,
                 "enable.auto.commit": False,
                 "reconnect.backoff.max.ms": 500,
             }
@@ -133,14 +173,23 @@ class ZoneClients:
         for t in self._threads:
             t.start()
 
+    def _consumer_stats(self, text: str) -> None:
+        _accumulate(text, "Fetch", self._fetch_total, self._fetch_last)
+        self.fetches.append((time.monotonic(), dict(self._fetch_total)))
+
+    def fetched_from(self, nodes: set[int], after: float) -> float | None:
+        """When the consumer's statistics first showed a Fetch to `nodes` sent after `after`."""
+        samples = list(self.fetches)
+        before = [c for at, c in samples if at <= after]
+        base = sum(before[-1].get(n, 0) for n in nodes) if before else 0
+        for at, counts in samples:
+            if at > after and sum(counts.get(n, 0) for n in nodes) > base:
+                return at
+        return None
+
     def _stats(self, text: str) -> None:
-        brokers = json.loads(text).get("brokers", {}).values()
-        counts = {
-            int(b["nodeid"]): int(b.get("req", {}).get("Produce", 0))
-            for b in brokers
-            if int(b.get("nodeid", -1)) >= 0
-        }
-        self.samples.append(Sample(time.monotonic(), counts))
+        _accumulate(text, "Produce", self._total, self._last_count)
+        self.samples.append(Sample(time.monotonic(), dict(self._total)))
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         value = msg.value() or b""
@@ -212,9 +261,11 @@ class ZoneClients:
                 return s.at
         return None
 
-    def first_ack(self, partitions: set[int], after: float) -> float | None:
+    def first_ack(self, partitions: set[int], after: float, sent_from: int = 0) -> float | None:
+        """When the first record of `partitions` produced as `sent_from` or later was
+        acknowledged after `after`."""
         for ack in list(self.acks):
-            if ack.at > after and ack.partition in partitions:
+            if ack.at > after and ack.partition in partitions and ack.index >= sent_from:
                 return ack.at
         return None
 
@@ -252,11 +303,18 @@ class Round:
     healthy: float
     local: float
     settled: float
+    fetch_cross_zone: float  # the consumer's first Fetch from another zone's main
+    fetch_local: float  # the consumer's first Fetch through the proxy again
     cross_zone_requests: int  # Produce requests to other zones' mains while the proxy was down
+    acked_while_down: int  # records acknowledged from the kill to the restart
 
 
 def run_round(
-    split: SplitFleet, clients: ZoneClients, foreign: set[int], timeout: float = 120.0
+    split: SplitFleet,
+    clients: ZoneClients,
+    foreign: set[int],
+    down_s: float = 0.0,
+    timeout: float = 120.0,
 ) -> Round:
     """Kill az2's proxy, wait until its clients produce across zones, restart it, wait until
     they are back on it and no Produce goes to another zone for `quiet` seconds."""
@@ -276,15 +334,21 @@ def run_round(
     )
     t_kill = time.monotonic()
     proxy.kill()
+    acked_at_kill = len(clients.acks)
+    # A record produced after the kill cannot have gone through the proxy.
+    sent_at_kill = clients.sent
     t_cross = wait_for(
         "an acknowledgement across zones",
         lambda: (
-            clients.first_ack(foreign, t_kill) is not None
+            clients.first_ack(foreign, t_kill, sent_at_kill) is not None
             and clients.produced_to(foreign_mains, t_kill) > 0
         ),
         timeout,
     )
-    t_cross = clients.first_ack(foreign, t_kill) or t_cross
+    t_cross = clients.first_ack(foreign, t_kill, sent_at_kill) or t_cross
+    # Left down a while longer (a replacement instance takes a while to boot).
+    wait_for("the proxy's downtime", lambda: time.monotonic() - t_cross >= down_s, down_s + 1)
+    acked_at_restart = len(clients.acks)
     t_restart = time.monotonic()
     proxy.launch()
     proxy.wait_healthy()
@@ -310,6 +374,13 @@ def run_round(
         ) > 0
 
     wait_for("no more Produce to another zone", settled, timeout)
+    wait_for(
+        "the consumer to fetch through the proxy again",
+        lambda: clients.fetched_from({proxy_id}, t_restart) is not None,
+        timeout,
+    )
+    t_fetch_local = clients.fetched_from({proxy_id}, t_restart) or t_restart
+    t_fetch_cross = clients.fetched_from(foreign_mains, t_kill)
     t_settled = clients.last_increase(foreign_mains) or t_cross
     return Round(
         cross_zone=t_cross - t_kill,
@@ -317,7 +388,10 @@ def run_round(
         healthy=t_healthy - t_kill,
         local=t_local - t_kill,
         settled=max(t_settled, t_local) - t_kill,
+        fetch_cross_zone=(t_fetch_cross - t_kill) if t_fetch_cross is not None else -1.0,
+        fetch_local=t_fetch_local - t_kill,
         cross_zone_requests=cross_requests,
+        acked_while_down=acked_at_restart - acked_at_kill,
     )
 
 
@@ -336,18 +410,28 @@ def summary(rounds: list[Round]) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--down",
+        type=float,
+        default=5.0,
+        help="seconds the proxy stays down after the zone "
+        "works across zones, before it is started again",
+    )
     parser.add_argument("--json", type=Path, help="write every round and the summary here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="dead-proxy-") as tmp:
         split = SplitFleet(Path(tmp) / "fleet").start()
         try:
-            rounds, checked = measure(split, args.rounds)
+            rounds, checked = measure(split, args.rounds, args.down)
         finally:
             split.close()
     table = summary(rounds)
-    print(f"{len(rounds)} rounds; seconds after the kill of az2's proxy (median, min-max):")
+    print(
+        f"{len(rounds)} rounds, the proxy down {args.down:.0f} s more once the zone worked "
+        "across zones; seconds after the kill of az2's proxy (median, min-max):"
+    )
     for step, row in table.items():
-        print(f"  {step:<10} {row['median']:7.2f}  ({row['min']:.2f}-{row['max']:.2f})")
+        print(f"  {step:<17} {row['median']:7.2f}  ({row['min']:.2f}-{row['max']:.2f})")
     print(checked)
     if args.json is not None:
         args.json.write_text(
@@ -356,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure(split: SplitFleet, rounds: int) -> tuple[list[Round], str]:
+def measure(split: SplitFleet, rounds: int, down_s: float = 0.0) -> tuple[list[Round], str]:
     """`rounds` rounds on one topic and one pair of clients; then every acknowledged record
     read back. Returns the rounds and a line saying what was checked."""
     fleet = split.fleet
@@ -367,7 +451,7 @@ def measure(split: SplitFleet, rounds: int) -> tuple[list[Round], str]:
     out = []
     try:
         for i in range(rounds):
-            r = run_round(split, clients, foreign)
+            r = run_round(split, clients, foreign, down_s)
             print(f"round {i + 1}: {asdict(r)}", flush=True)
             out.append(r)
     finally:
