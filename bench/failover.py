@@ -226,6 +226,10 @@ def run(rounds: int, seed: int, data_dir: Path, resume_timeout: float) -> dict[s
         values = [v for _, _, v in got]
         lost = len(acked - set(values))
         duplicates = len(values) - len(set(values))
+        seen: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+        for partition, offset, value in got:
+            seen[value].append((partition, offset))
+        twice = {v.decode(): where for v, where in seen.items() if len(where) > 1}
         order_errors = _order_errors(got)
     finally:
         fleet.close()
@@ -240,6 +244,7 @@ def run(rounds: int, seed: int, data_dir: Path, resume_timeout: float) -> dict[s
         "acked": len(acked),
         "lost": lost,
         "duplicates": duplicates,
+        "read_twice": dict(list(twice.items())[:10]),
         "order_errors": order_errors,
         "producer_errors": sum(len(c.failed) for c in clients),
     }

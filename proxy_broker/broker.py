@@ -177,6 +177,7 @@ class ProxyBroker:
                 self.objects,
             )
             self.mirrors[main.node_id].on_lost = self._main_lost
+            self.mirrors[main.node_id].on_connected = self._mains_changed
         try:
             async with trio.open_nursery() as nursery:
                 self.background = nursery
@@ -193,7 +194,7 @@ class ProxyBroker:
                 self.bound_port = listeners[0].socket.getsockname()[1]
                 if cfg.advertised_port is None:
                     cfg.advertised_port = self.bound_port
-                    self.topology = self._topology()
+                    self.topology = self._topology().with_down_mains(self.topology.down_mains)
                 with trio.move_on_after(10):
                     for mirror in self.mirrors.values():
                         await mirror.synced.wait()
@@ -216,6 +217,11 @@ class ProxyBroker:
                 for rpc in self.rpcs.values():
                     await rpc.aclose()
                 await self.traffic.aclose()
+
+    def _mains_changed(self) -> None:
+        # Only once synced: a main not heard from yet at start is not down.
+        down = [n for n, m in self.mirrors.items() if not m.connected and m.synced.is_set()]
+        self.topology = self.topology.with_down_mains(down)
 
     def _main_lost(self, node: int, reason: str) -> None:
         self.background.start_soon(report_unreachable, self.rpcs, node, reason)

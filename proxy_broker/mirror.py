@@ -235,6 +235,8 @@ class MainMirror:
         # Called with (main node id, why) when an established state stream breaks, so the
         # controller probes that main at once (internal_rpc/reports.py).
         self.on_lost: Callable[[int, str], None] | None = None
+        # Called when `connected` flips (the zone view routes around a main that is down).
+        self.on_connected: Callable[[], None] | None = None
 
     def note_read(self) -> None:
         now = time.monotonic()
@@ -257,7 +259,7 @@ class MainMirror:
                 async with self.rpc.subscribe("state", {}) as frames:
                     async for msg in frames:
                         self.apply_frame(msg)
-                        self.connected = True
+                        self._set_connected(True)
                         backoff = RESUBSCRIBE_BACKOFF_S[0]
             except RpcError as exc:
                 if self.connected:
@@ -274,9 +276,15 @@ class MainMirror:
                 )
             except ManifestMirrorError as exc:
                 log.error("%s; resubscribing", exc)
-            self.connected = False  # `links` stays: the floor it last reported still holds
+            self._set_connected(False)  # `links` stays: the floor it last reported holds
             await trio.sleep(backoff)
             backoff = min(backoff * 2, RESUBSCRIBE_BACKOFF_S[1])
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected != self.connected:
+            self.connected = connected
+            if self.on_connected is not None:
+                self.on_connected()
 
     def apply_frame(self, msg: object) -> None:
         """One push of the state stream as it came off the wire. It is decoded strictly first

@@ -37,6 +37,8 @@ log = logging.getLogger("zonefleet.proxy.produce")
 # The main validates timestamps and sizes against the topic config; the proxy only refuses
 # what is malformed, so a bad batch never reaches the shared WAL.
 NO_LIMIT = 2**62
+# How often a confirm slower than this looks whether its partitions moved meanwhile.
+MOVED_CHECK_S = 0.25
 
 
 class _Share:
@@ -117,10 +119,10 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
 
     async def respond() -> Sequence[Buffer] | None:
         with trio.move_on_after(max(req.timeout_ms, 0) / 1000 + proxy.config.confirm_timeout_s):
-            for share in shares.values():
-                await share.request.done.wait()
-        for share in shares.values():
-            _apply_results(share)
+            for owner, share in shares.items():
+                await _wait_confirmed(proxy, owner, share)
+        for owner, share in shares.items():
+            _apply_results(proxy, owner, share)
         if req.acks == 0:
             return None
         # Failures the main answered, or a main this proxy cannot reach: KIP-951 hints in
@@ -139,11 +141,37 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
     return TopicFinish(respond, [(topic.name, topic.nbytes) for topic in req.topics])
 
 
-def _apply_results(share: _Share) -> None:
+async def _wait_confirmed(proxy: ProxyBroker, owner: int, share: _Share) -> None:
+    """Until the owner confirms, or every partition of the share has moved to another main:
+    a main that is paused (or cut off) holds its confirms, and the clients' requests, until
+    its partitions are taken over (main_broker/cluster/watch.py); then they go elsewhere."""
+    done = share.request.done
+    while not done.is_set():
+        with trio.move_on_after(MOVED_CHECK_S):
+            await done.wait()
+        if not done.is_set() and _all_moved(proxy, owner, share):
+            return
+
+
+def _all_moved(proxy: ProxyBroker, owner: int, share: _Share) -> bool:
+    return all(
+        proxy.owner_of(part.topic, part.partition) not in (owner, None)
+        for part in share.request.parts
+    )
+
+
+def _apply_results(proxy: ProxyBroker, owner: int, share: _Share) -> None:
     request = share.request
     if not request.done.is_set():
+        # Moved while its confirm was under way: the new leader took over whatever the old
+        # one made durable, so a retry there is deduplicated (idempotence) or appended.
+        error = (
+            ErrorCode.not_leader_or_follower
+            if _all_moved(proxy, owner, share)
+            else ErrorCode.request_timed_out
+        )
         for result in share.results:
-            result.error_code = ErrorCode.request_timed_out
+            result.error_code = error
         return
     for result, outcome in zip(share.results, request.results, strict=False):
         outcome.apply_to(result)

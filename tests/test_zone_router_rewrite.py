@@ -116,6 +116,29 @@ def test_client_in_zone_sees_only_its_zone(zone: str) -> None:
     assert result.data["cluster_id"] == "zf"
 
 
+def test_a_zone_main_that_is_down_is_reached_through_the_zone_proxy() -> None:
+    """The zone proxy lost its state stream from main 1 (killed): A's clients get 1's
+    partitions from the proxy, which answers NOT_LEADER_OR_FOLLOWER with hints until another
+    main takes them over, instead of retrying a dead address until a refresh."""
+    down = topology().with_down_mains([1])
+    assert not down.main_up(1) and down.main_up(4)
+    assert topology().main_up(1)
+    result = rewrite_metadata(metadata(), A, down)
+    assert brokers(result.data) == [(4, "m4.a", 9004, A), (101, "p1.a", 9101, A)]
+    assert {p: v[0] for p, v in partitions(result.data).items()} == {0: 101, 1: 101, 2: 101, 3: 4}
+    # Other zones never listed main 1; once it is back, A sees it again.
+    assert (
+        rewrite_metadata(metadata(), B, down).data
+        == rewrite_metadata(metadata(), B, topology()).data
+    )
+    back = down.with_down_mains([])
+    assert (
+        rewrite_metadata(metadata(), A, back).data
+        == rewrite_metadata(metadata(), A, topology()).data
+    )
+    assert down.with_live_proxies([101]).down_mains == {1}
+
+
 def test_an_answer_without_brokers_stays_without_brokers() -> None:
     # The main's error answer to a refused Metadata request (topic ids before v12) lists no
     # brokers, as Kafka's does; the proxy must not add its zone's.

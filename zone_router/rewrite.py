@@ -8,7 +8,8 @@ names, so every response names a node the same way.
 Three views, picked by ``client_view``:
 
 - ``zone``: the client's zone Z has a live proxy. Only Z's mains and Z's proxy are listed; a
-  partition or coordinator whose main is in Z keeps it, anything else goes to Z's proxy.
+  partition or coordinator whose main is in Z keeps it, anything else goes to Z's proxy (so
+  does what a main of Z leads while the proxy has lost it: ``Topology.down_mains``).
 - ``unknown``: no zone. Every main and live proxy is listed, leaders are the real mains, and
   the live proxies are appended to ``replicas`` so KIP-392 ``preferred_read_replica`` works.
 - ``fallback``: Z has no live proxy. Clients get the real mains, and
@@ -61,7 +62,12 @@ class ClientView:
         if owner < 0 or self.mode != "zone":
             return owner
         node = self.topology.node(owner)
-        if node is not None and node.role == "main" and node.zone == self.zone:
+        if (
+            node is not None
+            and node.role == "main"
+            and node.zone == self.zone
+            and self.topology.main_up(owner)
+        ):
             return owner
         assert self.proxy is not None  # zone mode always has one
         return self.proxy.node_id
@@ -71,7 +77,8 @@ class ClientView:
         topo = self.topology
         if self.mode == "zone":
             assert self.proxy is not None
-            nodes = (*topo.mains_in(self.zone), self.proxy)
+            up = tuple(m for m in topo.mains_in(self.zone) if topo.main_up(m.node_id))
+            nodes = (*up, self.proxy)
         elif self.mode == "unknown":
             nodes = (*topo.mains, *topo.live_proxies)
         else:

@@ -29,13 +29,21 @@ class Topology:
     """Every main and proxy, with node zones canonicalised to zone names.
 
     ``live_proxies=None`` means every proxy is live; ids in it that are not proxies are
-    ignored, so a stale liveness set cannot turn a main into a proxy.
+    ignored, so a stale liveness set cannot turn a main into a proxy. ``down_mains`` are mains
+    a zone proxy has lost its state stream from: its zone's clients reach their partitions
+    through the proxy until they are back (the proxy answers NOT_LEADER_OR_FOLLOWER with
+    hints until another main takes them over).
     """
 
     def __init__(
-        self, zones: ZoneMap, nodes: Iterable[Node], live_proxies: Iterable[int] | None = None
+        self,
+        zones: ZoneMap,
+        nodes: Iterable[Node],
+        live_proxies: Iterable[int] | None = None,
+        down_mains: Iterable[int] = (),
     ) -> None:
         self.zones = zones
+        self.down_mains = frozenset(down_mains)
         self._nodes: dict[int, Node] = {}
         for node in nodes:
             if node.role not in ("main", "proxy"):
@@ -61,7 +69,15 @@ class Topology:
 
     def with_live_proxies(self, live_proxies: Iterable[int] | None) -> Topology:
         """The same nodes with another liveness set."""
-        return Topology(self.zones, self._nodes.values(), live_proxies)
+        return Topology(self.zones, self._nodes.values(), live_proxies, self.down_mains)
+
+    def with_down_mains(self, down_mains: Iterable[int]) -> Topology:
+        """The same nodes with another set of mains that are down."""
+        live = [p.node_id for p in self.live_proxies]
+        return Topology(self.zones, self._nodes.values(), live, down_mains)
+
+    def main_up(self, node_id: int) -> bool:
+        return node_id not in self.down_mains
 
     def node(self, node_id: int) -> Node | None:
         return self._nodes.get(node_id)
