@@ -123,6 +123,11 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 await _wait_confirmed(proxy, owner, share)
         for owner, share in shares.items():
             _apply_results(proxy, owner, share)
+            if not share.request.done.is_set():
+                # Answered, so never confirmed afterwards (the pipe skips a request that is
+                # done): the client may send it again under a new producer epoch, which the
+                # main could not tell from new records.
+                share.request.fail(ErrorCode.request_timed_out, "answered before its confirm")
         if req.acks == 0:
             return None
         # Failures the main answered, or a main this proxy cannot reach: KIP-951 hints in

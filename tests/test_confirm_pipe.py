@@ -457,3 +457,26 @@ async def test_a_main_of_the_previous_release_gets_version_1_confirms(
     call.answer()
     await _done(retry)
     _assert_own_rows(retry)
+
+
+async def test_a_request_answered_while_queued_is_never_confirmed() -> None:
+    # The proxy answers a Produce whose confirm did not come in time (a main across a
+    # partition) and fails its request: the client may send those records again under a new
+    # producer epoch, so the queued confirm must not reach the main when it is back.
+    main = ScriptedMain()
+    pipe = ConfirmPipe(main, main_id=1, timeout_s=10.0, max_in_flight=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pipe.run)
+        first, answered, later = _request(), _request(), _request()
+        pipe.submit(first)
+        await main.wait_calls(1)
+        pipe.submit(answered)
+        pipe.submit(later)
+        answered.fail(ErrorCode.request_timed_out, "answered before its confirm")
+        main.calls[0].answer()
+        call = (await main.wait_calls(2))[1]
+        assert call.positions == _positions_of(later)  # `answered` was skipped
+        call.answer()
+        await _done(first, later)
+        assert len(await main.settled_calls()) == 2
+        nursery.cancel_scope.cancel()
