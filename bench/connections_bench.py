@@ -167,7 +167,7 @@ class Slowloris:
 
 def metric(admin: tuple[str, int], name: str) -> float:
     """An unlabelled metric of a node's admin /metrics (0 when absent)."""
-    with urllib.request.urlopen(f"http://{admin[0]}:{admin[1]}/metrics", timeout=10) as resp:
+    with urllib.request.urlopen(f"http://{admin[0]}:{admin[1]}/metrics", timeout=120) as resp:
         text = resp.read().decode()
     for line in text.splitlines():
         if line.startswith(name + " "):
