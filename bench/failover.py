@@ -185,6 +185,7 @@ def run(rounds: int, seed: int, data_dir: Path, resume_timeout: float) -> dict[s
             moved = sorted(p for p, n in led.items() if n == victim.node_id)
             controller = _controller(z)
             t0 = time.monotonic()
+            print(f"killing main {victim.node_id} at {time.time():.3f}", flush=True)
             victim.kill()
             produce: dict[str, float] = {}
             fetch: dict[str, float] = {}
@@ -222,7 +223,7 @@ def run(rounds: int, seed: int, data_dir: Path, resume_timeout: float) -> dict[s
             for t in c.threads:
                 t.join(180)
         acked = {v for c in clients for rows in c.acked.values() for _, v in rows}
-        got = consume_confluent(z.bootstrap("az1"), "az1", topic, PARTITIONS, len(acked), 120)
+        got = consume_confluent(z.bootstrap("az1"), "az1", topic, PARTITIONS, len(acked), 900)
         values = [v for _, _, v in got]
         lost = len(acked - set(values))
         duplicates = len(values) - len(set(values))
@@ -284,9 +285,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--resume-timeout", type=float, default=90.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--data-dir", type=Path, help="keep the fleet (and its logs) here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="zonefleet-failover-") as tmp:
-        out = run(args.rounds, args.seed, Path(tmp), args.resume_timeout)
+    if args.data_dir is not None:
+        out = run(args.rounds, args.seed, args.data_dir, args.resume_timeout)
+    else:
+        with tempfile.TemporaryDirectory(prefix="zonefleet-failover-") as tmp:
+            out = run(args.rounds, args.seed, Path(tmp), args.resume_timeout)
     print(json.dumps(out["summary"], indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))

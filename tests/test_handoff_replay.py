@@ -6,9 +6,11 @@ offsets, payloads, producer state (a retried batch is a duplicate), epoch and lo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import trio
 
+from main_broker.cluster.handoff import _scan_start, _TailRequest
 from main_broker.cluster.reassignment import Move, TailCollector, takeover_header
 from main_broker.producer_state import Verdict
 from shared_wal import WalConfig, WalReader, open_wal_fs, storage
@@ -112,3 +114,42 @@ async def test_a_takeover_split_over_segments_survives_their_trim(tmp_path: Path
         assert plog.producers.check(7, 0, 36, 38).verdict is Verdict.APPEND
     finally:
         await reopened_wal.aclose()
+
+
+async def test_a_takeover_scan_starts_at_the_newest_snapshot_below_its_start(
+    tmp_path: Path,
+) -> None:
+    """A dead main's WAL may hold minutes of data: the scan starts at the newest segment whose
+    head SNAPSHOT is below every start (reassignment.snapshot_starts_tails), and collects the
+    same tail, producer state included, as a scan of the whole WAL."""
+    url = f"osfs://{tmp_path}"
+    src, src_wal = await _open(url, WalConfig(segment_bytes=2048), writer="main-1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(src_wal.run)
+        await src.create_topic("t", 2, {}, TOPIC_ID)
+        for i in range(30):
+            await _produce(src, "t", 0, [f"v{i}-{j}".encode() * 8 for j in range(3)], 7, i * 3)
+            await _produce(src, "t", 1, [b"other"])
+        await src_wal.aclose()
+        nursery.cancel_scope.cancel()
+    reader = WalReader(open_wal_fs(url), "main-1")
+    segments = reader.segments()
+    assert len(segments) > 4
+
+    def tail_from(first: int, start: int) -> Any:
+        collector = TailCollector("t", 0, TOPIC_ID, start)
+        for record in reader.iter_records(first):
+            collector.add(int(record.type), record.header, record.payload)
+        return collector.result()
+
+    move = Move("t", 0, 1, 2, 1)
+    for start in (0, 45, 81):
+        first = _scan_start(reader, segments, [_TailRequest(move, TOPIC_ID, start, None)])
+        assert (first == segments[0]) == (start == 0), (start, first)
+        whole, tail = tail_from(segments[0], start), tail_from(first, start)
+        assert [b.base_offset for b in tail.batches] == [b.base_offset for b in whole.batches]
+        assert (tail.start, tail.end, tail.producers) == (whole.start, whole.end, whole.producers)
+    # Another partition's start holds the scan back too.
+    late = _TailRequest(move, TOPIC_ID, 81, None)
+    early = _TailRequest(Move("t", 1, 1, 2, 1), TOPIC_ID, 2, None)
+    assert _scan_start(reader, segments, [late, early]) < _scan_start(reader, segments, [late])

@@ -40,19 +40,21 @@ from main_broker.cluster.reassignment import (
     DATA,
     LINK,
     SEALED,
+    SNAPSHOT,
     Move,
     MoveRefused,
     Tail,
     TailCollector,
     finish_move,
     seal_move,
+    snapshot_starts_tails,
     takeover_header,
 )
 from main_broker.config import main_writer_id
 from s3_commit import ObjectStoreError
 from s3_commit.manifest import Manifest, StreamKey, manifest_key
 from s3_commit.node_registry import NodeRegistration, now_ms, registration_key
-from shared_wal import WalReader
+from shared_wal import WalError, WalReader
 from shared_wal.broker_records import PreparedLink, rebuild_linked_batch
 from shared_wal.fence import fence_writer
 
@@ -365,7 +367,8 @@ class Handoff:
         reader = WalReader(store.reader.fs, main_writer_id(source))
         try:
             segments = reader.segments()
-            records = reader.iter_records(segments[0], end) if segments else iter(())
+            first = _scan_start(reader, segments, requests)
+            records = reader.iter_records(first, end) if segments else iter(())
             for n, record in enumerate(records):
                 rtype, header = int(record.type), record.header
                 # The first record goes to every collector: only a SNAPSHOT there counts.
@@ -433,6 +436,28 @@ class Handoff:
     def _failed(self, message: str) -> None:
         self.last_error = message
         log.warning("%s (retrying)", message)
+
+
+def _scan_start(reader: WalReader, segments: list[int], requests: list[_TailRequest]) -> int:
+    """Blocking: the newest segment a scan for `requests` may start at (its head SNAPSHOT is
+    below every start: reassignment.snapshot_starts_tails), so a takeover reads the tail it
+    needs rather than the whole WAL; the oldest when none is."""
+    wants = [(r.move.topic, r.move.partition, r.topic_id, r.start) for r in requests]
+    for segment in reversed(segments[1:]):
+        records = reader.iter_records(segment, None)
+        try:
+            head = next(records, None)
+        except WalError:
+            continue
+        finally:
+            records.close()
+        if (
+            head is not None
+            and int(head.type) == SNAPSHOT
+            and snapshot_starts_tails(head.payload, wants)
+        ):
+            return segment
+    return segments[0] if segments else 0
 
 
 @dataclass(slots=True)

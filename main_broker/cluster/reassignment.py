@@ -46,6 +46,7 @@ __all__ = [
     "ongoing_listing",
     "request_move",
     "seal_move",
+    "snapshot_starts_tails",
     "takeover_header",
     "validate_target",
 ]
@@ -395,6 +396,27 @@ class Tail:
     @property
     def end(self) -> int:
         return self.batches[-1].last_offset + 1 if self.batches else self.start
+
+
+def snapshot_starts_tails(
+    payload: bytes | memoryview, wants: Iterable[tuple[str, int, bytes, int]]
+) -> bool:
+    """Whether a takeover scan may start at the segment this SNAPSHOT heads: for every wanted
+    (topic, partition, topic id, start offset), the state it holds ends at or below the start,
+    so every batch the target needs follows it, and its producer state covers what precedes.
+    A topic it lacks, or holds under another id, is one whose records all follow."""
+    import msgpack  # the snapshot body's encoding (shared_wal.broker_records)
+
+    body = msgpack.unpackb(bytes(payload), raw=False)
+    topics = {t.get("n"): t for t in body.get("topics", ())}
+    for topic, partition, topic_id, start in wants:
+        held = topics.get(topic)
+        if held is None or bytes(held["id"]) != topic_id:
+            continue
+        parts = held.get("parts", ())
+        if partition < len(parts) and int(parts[partition].get("no", 0)) > start:
+            return False
+    return True
 
 
 class TailCollector:
