@@ -12,12 +12,9 @@ from proxy_broker.broker import ProxyBroker
 from telemetry import MetricsRegistry
 
 
-def _watch_connections(
-    limits: ConnectionLimits, in_flight_bytes: int, registry: MetricsRegistry
-) -> None:
-    """Sets the node's per-connection bound on request bytes under way (0: its
-    max_request_bytes) and exports what its connections hold, so the bound can be watched."""
-    limits.max_in_flight_bytes = in_flight_bytes
+def _export_connections(limits: ConnectionLimits, registry: MetricsRegistry) -> None:
+    """What the node's client connections hold under way, so its per-connection bound
+    (max_in_flight_bytes_per_connection) can be watched."""
     registry.gauge_functions(
         {
             "zonefleet_connection_in_flight_bytes": (
@@ -37,9 +34,7 @@ async def run_main_broker_node(
 ) -> None:
     registry = MetricsRegistry()
     broker = MainBroker(node.broker, registry)
-    _watch_connections(
-        broker.connection_limits, node.broker.max_in_flight_bytes_per_connection, registry
-    )
+    _export_connections(broker.connection_limits, registry)
     async with trio.open_nursery() as nursery:
         await nursery.start(
             serve_admin_http,
@@ -58,9 +53,7 @@ async def run_proxy_node(
 ) -> None:
     registry = MetricsRegistry()
     proxy = ProxyBroker(node.proxy, registry)
-    _watch_connections(
-        proxy.connection_limits, node.proxy.max_in_flight_bytes_per_connection, registry
-    )
+    _export_connections(proxy.connection_limits, registry)
     async with trio.open_nursery() as nursery:
         # Admin first, so /healthz says "starting" while the proxy syncs with its mains.
         await nursery.start(

@@ -105,7 +105,9 @@ class ProxyBroker:
         # Warnings about what peers send, rate-limited per peer and counted by kind.
         self.bad_input = BadInputLog(log, lambda kind: self.metrics.bad_input.labels(kind).inc())
         self.connection_limits = ConnectionLimits(
-            config.max_connections, config.max_connections_per_ip
+            config.max_connections,
+            config.max_connections_per_ip,
+            config.max_in_flight_bytes_per_connection,
         )
         self.traffic = ProxyTraffic(config, self.registry, self.topic_name)
         self.ready = False

@@ -10,7 +10,7 @@ import io
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import Any
 
 from shared_wal import storage
@@ -246,7 +246,7 @@ class WalReader:
 
     def iter_records(
         self, from_offset: int = 0, end_offset: int | None = None
-    ) -> Iterator[WalRecord]:
+    ) -> Generator[WalRecord, None, None]:
         """Records from logical ``from_offset`` (a record boundary or a segment start) on.
 
         With ``end_offset`` (the end the writer published) no record extending past it is
