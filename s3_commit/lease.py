@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +115,9 @@ class LeaseKeeper:
         self.etag: str | None = None
         self._valid_until = 0.0  # trio clock: act as holder only before this
         self.changed = trio.Event()
+        # False while this node should not hold the lease (it may be the one cut off): it
+        # gives the lease up and takes it no more until this says True again.
+        self.eligible: Callable[[], bool] = lambda: True
         self._was_holding = False
         self.takeovers = 0
 
@@ -152,6 +156,10 @@ class LeaseKeeper:
         self.lease, self.etag = current, found[1] if found is not None else None
         started = trio.current_time()
         wanted = next_lease(current, self.me, _now_ms(), self.duration_ms, dead_holder)
+        if wanted is not None and not self.eligible():
+            if self.holding:
+                await self.release()
+            wanted = None
         if wanted is not None:
             try:
                 self.etag = await self.store.put(

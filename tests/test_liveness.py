@@ -60,3 +60,24 @@ def test_reads_are_fresh_only_shortly_after_a_look_for_a_fence() -> None:
     assert not reads_fresh(100.0, None)
     assert reads_fresh(100.0, 100.0 - READS_FRESH_S + 0.01)
     assert not reads_fresh(100.0, 100.0 - READS_FRESH_S)  # e.g. just resumed after SIGSTOP
+
+
+def test_a_main_that_reaches_few_others_by_timeouts_may_be_the_one_cut_off() -> None:
+    tracker = ProbeTracker()
+    for node in (2, 3):
+        tracker.record(node, ProbeOutcome.ANSWERED)
+    for _ in range(FAILURES_TO_DEAD):
+        tracker.record(2, ProbeOutcome.FAILED, "timed out")
+    assert not tracker.in_minority([2, 3])  # one of two: main 2 is paused or cut off
+    for _ in range(FAILURES_TO_DEAD):
+        tracker.record(3, ProbeOutcome.FAILED, "timed out")
+    assert tracker.in_minority([2, 3])  # both: more likely this main is the one cut off
+    for _ in range(REFUSED_TO_DEAD):
+        tracker.record(3, ProbeOutcome.REFUSED, "refused")
+    assert not tracker.in_minority([2, 3])  # main 3's host answered: it is gone, not far
+    # Two mains: a timeout cannot tell which one is cut off; a refusal can.
+    pair = ProbeTracker()
+    pair.record(2, ProbeOutcome.ANSWERED)
+    for _ in range(FAILURES_TO_DEAD):
+        pair.record(2, ProbeOutcome.FAILED)
+    assert pair.in_minority([2])

@@ -99,6 +99,7 @@ class Handoff:
         self._doc_changed = trio.Event()
         # Per source main, the takeovers waiting for the next scan of its WAL.
         self._scans: dict[int, list[_TailRequest]] = {}
+        self._fence_locks: dict[int, trio.Lock] = {}  # per source: one fence, one log line
         self.completed = 0
         self.last_duration_s: float | None = None
         self.last_error: str | None = None
@@ -277,14 +278,15 @@ class Handoff:
         sealed = move.state == SEALED
         if not sealed:
             # Fenced before the scan: whatever the source acknowledged is in what we read.
-            fence, made = await trio.to_thread.run_sync(
-                fence_writer,
-                store.reader.fs,
-                main_writer_id(move.source),
-                self.node_id,
-                f"main {self.node_id} takes its partitions over without a seal",
-                limiter=store.batches.limiter,
-            )
+            async with self._fence_locks.setdefault(move.source, trio.Lock()):
+                fence, made = await trio.to_thread.run_sync(
+                    fence_writer,
+                    store.reader.fs,
+                    main_writer_id(move.source),
+                    self.node_id,
+                    f"main {self.node_id} takes its partitions over without a seal",
+                    limiter=store.batches.limiter,
+                )
             if made:
                 log.warning("fenced main %d's WAL: %s", move.source, fence.reason)
         tail = await self._tail(move, plog.topic_id, start, move.wal_end if sealed else None)

@@ -8,7 +8,8 @@ or when `FAILURES_TO_DEAD` probes in a row failed in any way (timeouts: it is pa
 off). An answer resets the count. Only a main seen answering before can be found dead: one
 that never answered yet may be starting (a fleet's mains start one after another), and the
 registrations' heartbeats cover it. A report alone never condemns a main: it only brings the
-next probe forward.
+next probe forward. A controller that finds most of the others dead by timeouts alone
+(`in_minority`) may be the one cut off: it gives its lease up and moves nothing.
 
 A main serves reads only while its last look for a fence on its own WAL that found none began
 less than `READS_FRESH_S` ago (`reads_fresh`): after a pause it waits for the next look, so it
@@ -86,6 +87,13 @@ class ProbeTracker:
     def suspected(self, node: int) -> bool:
         rec = self.records.get(node)
         return rec is not None and rec.failed > 0
+
+    def in_minority(self, others: list[int]) -> bool:
+        """Whether most of `others` are dead by timeouts alone (a refusal proves the other
+        process gone; a timeout may be this node's own network): this node may be the one
+        cut off."""
+        unreachable = [n for n in others if self.dead(n) and not self.gone(n)]
+        return 2 * len(unreachable) > len(others)
 
     def why(self, node: int) -> str:
         rec = self.records.get(node)

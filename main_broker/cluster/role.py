@@ -106,6 +106,9 @@ class ClusterRole:
         self.reassign_dead_mains = cfg.reassign_dead_mains
         # With one main nothing is ever taken over from it: no probes, no fence.
         self.watch = MainWatch(self, cfg.wal_writer_id) if len(self.main_ids) > 1 else None
+        if self.watch is not None:
+            watch = self.watch
+            self.controller.lease.eligible = lambda: not watch.in_minority()
         self._apply_lock = trio.Lock()
         # Metered like every other RPC client: the pokes' frames cross zones and are booked by
         # their sender (tests/test_netns_cost_report.py found them missing from the ledger).

@@ -1,9 +1,10 @@
 """A main's watch over the other mains and over itself: the I/O of
 main_broker/cluster/liveness.py.
 
-- **Probes.** Every main probes every other main (`probe` RPC) once a second, at once when
-  a report of a lost connection comes in (`main_unreachable` from proxies and mains), and
-  every `SUSPECT_PROBE_S` while one is suspected. The controller acts on what it finds: a
+- **Probes.** The controller probes every other main (`probe` RPC), and the others probe the
+  controller, every `PROBE_INTERVAL_S`, at once when a report of a lost connection comes in
+  (`main_unreachable` from proxies and mains), and every `SUSPECT_PROBE_S` while one is
+  suspected. The controller acts on what it finds, unless it cannot reach most mains: a
   main found dead whose registration does not say it stopped cleanly has its partitions
   moved (`ClusterRole.evacuate_dead`), the moves marked `source_dead`, so that the targets
   fence its WAL and take over at once. A controller whose port refuses connections has its
@@ -43,9 +44,9 @@ __all__ = ["MainFenced", "MainWatch"]
 
 log = logging.getLogger("zonefleet.main_broker.watch")
 
-PROBE_INTERVAL_S = 1.0
+PROBE_INTERVAL_S = 2.0
 SUSPECT_PROBE_S = 0.2
-PROBE_TIMEOUT_S = 1.5
+PROBE_TIMEOUT_S = 2.0
 REPORT_TIMEOUT_S = 1.0
 WARN_EVERY_S = 10.0
 
@@ -154,9 +155,18 @@ class MainWatch:
             self._wake = trio.Event()
 
     def _targets(self) -> list[int]:
-        # Every main probes every other one (a hundred bytes a second each), so a main that
-        # takes the lease over already knows who was up.
-        return [n for n in self.role.main_ids if n != self.node_id]
+        """The controller probes every other main; the others probe the controller (each
+        probe crosses zones: a hundred bytes each way)."""
+        if self.role.controller.lease.holding:
+            return [n for n in self.role.main_ids if n != self.node_id]
+        holder = self._holder()
+        return [holder] if holder is not None and holder != self.node_id else []
+
+    def in_minority(self) -> bool:
+        """Whether this main cannot reach most of the others, by timeouts (a refusal proves
+        the other process gone; a timeout may be this main's own network): then it may be the
+        one cut off, so it neither acts as controller nor competes for the lease."""
+        return self.tracker.in_minority([n for n in self.role.main_ids if n != self.node_id])
 
     async def _probe(self, node: int) -> None:
         rpc = self.role.peer_rpc(node)
@@ -187,6 +197,14 @@ class MainWatch:
                 except (ObjectStoreError, OSError) as exc:
                     self._warn(f"cannot take the controller lease: {exc}")
                 self._wake.set()  # as the controller now: probe everyone
+            return
+        if self.in_minority():
+            log.warning(
+                "cannot reach most mains (%s): maybe this one is cut off; giving up the "
+                "controller lease rather than moving their partitions",
+                "; ".join(f"main {n}: {self.tracker.why(n)}" for n in dead),
+            )
+            await lease.release()
             return
         confirmed = [n for n in dead if await self._not_stopped(n)]
         if confirmed and self.role.reassign_dead_mains:
