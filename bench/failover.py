@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -45,6 +46,7 @@ from tests.zone_fleet import (
 
 PARTITIONS = 6
 RATE_PER_ZONE = 300  # records a second per zone producer, spread over the partitions
+DEBUG = os.environ.get("FAILOVER_PRODUCER_DEBUG", "")  # librdkafka contexts, e.g. "eos"
 
 
 def leaders(fleet: ZoneFleet, topic: str, alive: set[int]) -> dict[int, int]:
@@ -84,6 +86,7 @@ class ZoneClients:
                 "acks": "all",
                 "linger.ms": 2,
                 "message.timeout.ms": 120000,
+                **({"debug": DEBUG} if DEBUG else {}),
             }
         )
         self.consumer = Consumer(

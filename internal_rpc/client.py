@@ -264,6 +264,7 @@ class RpcClient:
         calls on it fail with `RpcUnavailable`), so that it cannot reach the peer afterwards.
         """
         attempt = 0
+        ever_sent = False
         while True:
             sent = False
             conn: _ClientConn | None = None
@@ -301,12 +302,14 @@ class RpcClient:
                         conn.abort(RpcTimeout(f"a non-idempotent {method} timed out"))
                 raise RpcTimeout(f"{method} to {self.host}:{self.port} timed out") from None
             except RpcUnavailable as exc:
+                ever_sent = ever_sent or sent
                 if (
                     isinstance(exc, RpcAuthError)
                     or attempt >= retries
                     or self._closed
                     or (sent and not idempotent)
                 ):
+                    exc.request_sent = ever_sent
                     raise
                 attempt += 1
             await trio.sleep(min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))

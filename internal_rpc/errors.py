@@ -35,7 +35,11 @@ class RpcTimeout(RpcError):
 
 
 class RpcUnavailable(RpcError):
-    """No usable connection to the peer (refused, dropped, or the handshake failed)."""
+    """No usable connection to the peer (refused, dropped, or the handshake failed).
+    `request_sent`: the call's request was written before the connection failed, so the peer
+    may have acted on it (a caller must not report it as surely not done)."""
+
+    request_sent: bool = False
 
 
 class RpcAuthError(RpcUnavailable):

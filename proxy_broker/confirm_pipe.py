@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
-from internal_rpc import RpcError, RpcRemoteError, RpcTimeout
+from internal_rpc import RpcError, RpcRemoteError, RpcTimeout, RpcUnavailable
 from internal_rpc.messages import (
     CONFIRM_VERSION,
     BatchSummary,
@@ -255,8 +255,14 @@ class ConfirmPipe:
                 self.version = 1
                 log.warning("main %d reads confirm version 1 only; sending it", self.main_id)
             log.warning("confirm %s/%d to main %d failed: %r", session, seq, self.main_id, exc)
-            if isinstance(exc, RpcTimeout):
-                code, message = ErrorCode.request_timed_out, f"main {self.main_id} timed out"
+            if isinstance(exc, RpcTimeout) or (
+                isinstance(exc, RpcUnavailable) and exc.request_sent
+            ):
+                # The main may have made it durable before it went: a client must retry it as
+                # possibly written (same sequence, deduplicated wherever the partition is led
+                # next), never as surely not written, which makes librdkafka bump its producer
+                # epoch and send it again as new (a duplicate).
+                code, message = ErrorCode.request_timed_out, f"main {self.main_id}: {exc}"
             elif isinstance(exc, MalformedMessage):
                 code, message = ErrorCode.unknown_server_error, f"main {self.main_id}: {exc}"
             else:

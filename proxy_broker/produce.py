@@ -121,8 +121,8 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
         with trio.move_on_after(max(req.timeout_ms, 0) / 1000 + proxy.config.confirm_timeout_s):
             for owner, share in shares.items():
                 await _wait_confirmed(proxy, owner, share)
-        for owner, share in shares.items():
-            _apply_results(proxy, owner, share)
+        for share in shares.values():
+            _apply_results(share)
             if not share.request.done.is_set():
                 # Answered, so never confirmed afterwards (the pipe skips a request that is
                 # done): the client may send it again under a new producer epoch, which the
@@ -165,18 +165,15 @@ def _all_moved(proxy: ProxyBroker, owner: int, share: _Share) -> bool:
     )
 
 
-def _apply_results(proxy: ProxyBroker, owner: int, share: _Share) -> None:
+def _apply_results(share: _Share) -> None:
     request = share.request
     if not request.done.is_set():
-        # Moved while its confirm was under way: the new leader took over whatever the old
-        # one made durable, so a retry there is deduplicated (idempotence) or appended.
-        error = (
-            ErrorCode.not_leader_or_follower
-            if _all_moved(proxy, owner, share)
-            else ErrorCode.request_timed_out
-        )
+        # Not answered (or moved while its confirm was under way): possibly written, so the
+        # client retries it with its sequence, deduplicated where the partition is led now.
+        # NOT_LEADER_OR_FOLLOWER would say "not written": librdkafka would then bump its
+        # producer epoch and send it again as new.
         for result in share.results:
-            result.error_code = error
+            result.error_code = ErrorCode.request_timed_out
         return
     for result, outcome in zip(share.results, request.results, strict=False):
         outcome.apply_to(result)

@@ -268,11 +268,20 @@ async def test_seq_numbers_are_consecutive_and_answers_map_back_out_of_order(
     await _done(*later)
 
 
+def _sent(error: RpcUnavailable) -> RpcUnavailable:
+    error.request_sent = True
+    return error
+
+
 @pytest.mark.parametrize(
     ("error", "code"),
     [
         (RpcTimeout("confirm timed out"), ErrorCode.request_timed_out),
-        (RpcUnavailable("connection dropped"), ErrorCode.not_leader_or_follower),
+        # Never written to the main: surely not appended.
+        (RpcUnavailable("connection refused"), ErrorCode.not_leader_or_follower),
+        # Written, then the connection dropped (the main was killed): possibly appended, so
+        # the client must retry with its sequence, not bump its epoch and resend as new.
+        (_sent(RpcUnavailable("connection dropped")), ErrorCode.request_timed_out),
     ],
 )
 async def test_a_failed_call_starts_a_new_session_for_later_calls(

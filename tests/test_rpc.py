@@ -445,9 +445,10 @@ async def flaky_server(drop: Callable[[], bool]) -> AsyncIterator[tuple[int, lis
 async def test_retries_only_idempotent_calls_after_a_drop() -> None:
     async with flaky_server(lambda: True) as (port, requests):
         client = RpcClient(7, SECRET, HOST, port)
-        with pytest.raises(RpcUnavailable):
+        with pytest.raises(RpcUnavailable) as dropped:
             await client.call("x", {}, idempotent=False)
         assert len(requests) == 1
+        assert dropped.value.request_sent  # the peer may have acted on it
         with pytest.raises(RpcUnavailable):
             await client.call("x", {}, retries=2)
         assert len(requests) == 1 + 3
@@ -464,9 +465,10 @@ async def test_unreachable_peer_is_unavailable() -> None:
         port = s.getsockname()[1]  # bound but not listening: connection refused
         client = RpcClient(7, SECRET, HOST, port)
         start = trio.current_time()
-        with pytest.raises(RpcUnavailable):
+        with pytest.raises(RpcUnavailable) as refused:
             await client.call("echo", {}, retries=2)
         assert trio.current_time() - start < 1.5
+        assert not refused.value.request_sent  # surely not done
 
 
 def _stream_server() -> tuple[RpcServer, dict[str, Any]]:
