@@ -79,37 +79,7 @@ class RawKafka:
     def fetch(self, topic: str, offsets: dict[int, int], leader_epoch: int = -1) -> dict[int, Any]:
         """Fetch v12 (no wait, 64 KiB a partition) from `offsets` (partition -> fetch offset),
         naming `leader_epoch` as the current one: the response's partitions by index."""
-        resp = self.request(
-            1,
-            12,
-            {
-                "replica_id": -1,
-                "max_wait": 0,
-                "min_bytes": 1,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": p,
-                                "current_leader_epoch": leader_epoch,
-                                "fetch_offset": offset,
-                                "last_fetched_epoch": -1,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": 1 << 16,
-                            }
-                            for p, offset in offsets.items()
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
-        )
+        resp = self.request(1, 12, fetch_v12(topic, offsets, leader_epoch))
         return {p.partition_index: p for t in resp.responses for p in t.partitions}
 
     def is_closed(self, timeout: float = 5.0) -> bool:
@@ -121,3 +91,36 @@ class RawKafka:
             return True
         except TimeoutError:
             return False
+
+
+def fetch_v12(
+    topic: str, offsets: dict[int, int], leader_epoch: int = -1, partition_bytes: int = 1 << 16
+) -> dict[str, Any]:
+    """A Fetch v12 request's data: no wait, from `offsets` (partition -> fetch offset)."""
+    return {
+        "replica_id": -1,
+        "max_wait": 0,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": p,
+                        "current_leader_epoch": leader_epoch,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": partition_bytes,
+                    }
+                    for p, offset in offsets.items()
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }

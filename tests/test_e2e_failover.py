@@ -28,7 +28,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_wire.codec import build_request, decode_response, encode_request
 from kafka_wire.record_batch import build_batch
-from tests.raw_kafka import RawKafka
+from tests.raw_kafka import RawKafka, fetch_v12
 from tests.zone_fleet import (
     SplitFleet,
     ZoneFleet,
@@ -396,35 +396,7 @@ def test_a_paused_main_is_fenced_when_it_resumes(split_fleet: SplitFleet) -> Non
             },
         )
         fetch_id = _queued_request(
-            direct,
-            1,
-            12,
-            {
-                "replica_id": -1,
-                "max_wait": 0,
-                "min_bytes": 1,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": partition,
-                                "current_leader_epoch": -1,
-                                "fetch_offset": 0,
-                                "last_fetched_epoch": -1,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": 1 << 20,
-                            }
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
+            direct, 1, 12, fetch_v12(topic, {partition: 0}, partition_bytes=1 << 20)
         )
     finally:
         main.proc.send_signal(signal.SIGCONT)
