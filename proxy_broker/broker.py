@@ -25,6 +25,7 @@ import trio
 
 from internal_rpc import RpcClient, RpcError
 from internal_rpc.messages import MalformedMessage, RelayParams, RelayResult
+from internal_rpc.reports import report_unreachable
 from kafka_wire.codec import (
     MalformedRequest,
     RequestHeader,
@@ -177,6 +178,7 @@ class ProxyBroker:
                 self._notify_data,
                 self.objects,
             )
+            self.mirrors[main.node_id].on_lost = self._main_lost
             self.mirrors[main.node_id].on_connected = self._mains_changed
         try:
             async with trio.open_nursery() as nursery:
@@ -222,6 +224,9 @@ class ProxyBroker:
         # Only once synced: a main not heard from yet at start is not down.
         down = [n for n, m in self.mirrors.items() if not m.connected and m.synced.is_set()]
         self.topology = self.topology.with_down_mains(down)
+
+    def _main_lost(self, node: int, reason: str) -> None:
+        self.background.start_soon(report_unreachable, self.rpcs, node, reason)
 
     async def _keep_registered(self, url: str) -> None:
         cfg = self.config
@@ -477,7 +482,13 @@ class ProxyBroker:
         header = ctx.header
         try:
             mains = sorted(self.mirrors)
-            foreign = [m for m in mains if self.topology.zone_of(m) != self.config.zone]
+            # The mains this proxy stands for in its zone view: other zones' mains, and its
+            # own zone's mains while their state stream is lost (Topology.down_mains), whose
+            # groups FindCoordinator then places on this proxy too.
+            topo = self.topology
+            foreign = [
+                m for m in mains if topo.zone_of(m) != self.config.zone or not topo.main_up(m)
+            ]
             plan = plan_relay(header, frame, mains, self._relay_target(), self.owner_of, foreign)
         except MalformedRequest as exc:
             raise CloseConnection(f"malformed api {header.api_key} request: {exc}") from None

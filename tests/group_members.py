@@ -264,7 +264,24 @@ def restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> None:
             raw = RawKafka(main_bootstraps(fleet)[node_id])
             raw.request(3, 12, {"topics": [], "allow_auto_topic_creation": False})
             raw.close()
-            return
+            break
         except Exception:
             assert time.monotonic() < deadline, f"main {node_id} does not answer"
             time.sleep(0.3)
+    # ...and once its zone's proxy has its state stream back: until then the proxy stands for
+    # it in the zone view (Topology.down_mains) and its zone's Metadata leaves it out.
+    zone = next(m.broker.zone for m in fleet.config.mains if m.broker.node_id == node_id)
+    wait_until(
+        lambda: node_id in _zone_brokers(fleet, zone),
+        60,
+        lambda: f"{zone}'s Metadata does not list main {node_id} again",
+    )
+
+
+def _zone_brokers(fleet: ZoneFleet, zone: str) -> set[int]:
+    raw = RawKafka(fleet.bootstrap(zone), client_id=zone_client_id(zone))
+    try:
+        resp = raw.request(3, 12, {"topics": [], "allow_auto_topic_creation": False})
+    finally:
+        raw.close()
+    return {b.node_id for b in resp.brokers}
