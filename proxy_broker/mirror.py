@@ -147,9 +147,14 @@ class MirrorPartition:
         stream = self.objects
         mirrored = min(upper, self.index.end_offset)
         if stream is None or offset >= stream.end_offset:
-            return ErrorCode.none, self.index.fetch_slice(
-                offset, max_bytes, mirrored, must_return_one
-            )
+            entries = self.index.fetch_slice(offset, max_bytes, mirrored, must_return_one)
+            if entries and entries[0].base_offset > offset:
+                # Below the index and past the objects this mirror knows of: a takeover
+                # restarted the index at the adopted objects' end, and the main's manifest
+                # with them is still on its way. Nothing yet, never the batches after the
+                # gap: a client takes those and skips every offset in between.
+                return ErrorCode.none, []
+            return ErrorCode.none, entries
         self._drop_uploaded()
         uploaded = stream.end_offset
         entries = self.index.fetch_slice(offset, max_bytes, mirrored, must_return_one)
@@ -232,6 +237,9 @@ class MainMirror:
         self._read_wanted = trio.Event()
         self.last_read = float("-inf")  # time.monotonic() of the last fetch that read us
         self.synced = trio.Event()  # set once the first full snapshot arrived
+        # Called with (main node id, why) when an established state stream breaks, so the
+        # controller probes that main at once (internal_rpc/reports.py).
+        self.on_lost: Callable[[int, str], None] | None = None
         # Called when `connected` flips (the zone view routes around a main that is down).
         self.on_connected: Callable[[], None] | None = None
 
@@ -261,6 +269,8 @@ class MainMirror:
             except RpcError as exc:
                 if self.connected:
                     log.warning("state stream of main %d lost: %s", self.main.node_id, exc)
+                    if self.on_lost is not None:
+                        self.on_lost(self.main.node_id, f"state stream lost: {exc}")
             except MalformedMessage as exc:
                 # Refused whole, before any of it applied: the mirror stays as the previous
                 # frame left it, and a new subscription starts from a full frame.

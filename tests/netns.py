@@ -649,6 +649,8 @@ def produce_stream(
             "statistics.interval.ms": 200,
             "stats_cb": on_stats,
             "error_cb": lambda err: client_errors.append(_error_entry(err)),
+            # The idempotence log (epoch bumps, sequence gaps) on stderr, for a post-mortem.
+            "debug": "eos",
         }
     )
     acked: list[tuple[int, int, str, float]] = []

@@ -101,3 +101,30 @@ def test_a_takeover_record_of_another_partition_or_topic_changes_nothing() -> No
     # Other CONTROL records are not the mirror's concern.
     mirror._apply_record(wal.record(RecordType.CONTROL, {"k": "pids", "upto": 1000}, b""), {})
     assert part.index.end_offset == 10
+
+
+def test_a_fetch_below_a_takeover_waits_for_the_adopted_objects() -> None:
+    """The `takeover` record can reach the mirror (through the WAL tail) before the main's
+    manifest with the adopted objects (through the state stream): meanwhile a fetch below the
+    takeover's start gets nothing, never the batches after it (a client skipped the adopted
+    offsets; a takeover within about 0.3 s of a kill did that)."""
+    mirror, wal = _mirror(), _Wal()
+    part = mirror.topics["t"].partitions[0]
+    takeover = takeover_header(Move("t", 0, 3, 1, 3), Tail(50, log_start=0))
+    mirror._apply_record(wal.record(RecordType.CONTROL, takeover, b""), {})
+    mirror._apply_record(wal.data(50), {})
+    part.apply(PartitionRow("t", 0, 3, 60, 60, 0, 60))
+    for offset in (0, 20, 49):
+        assert part.fetch_slice(offset, 1 << 20, 60, True) == (ErrorCode.none, [])
+    # An older manifest of the stream, not reaching the takeover's start yet: the same.
+    part.link_objects(StreamManifest("t", (ObjectRange(0, 20, SSO, 2000),)), 42)
+    error, entries = part.fetch_slice(30, 1 << 20, 60, True)
+    assert (error, entries) == (ErrorCode.none, [])
+    # The manifest with the adopted objects: every offset reads.
+    part.link_objects(StreamManifest("t", (ObjectRange(0, 50, SSO, 5000),)), 42)
+    for offset in (0, 20, 49):
+        error, entries = part.fetch_slice(offset, 1 << 20, 60, True)
+        assert error == ErrorCode.none and len(entries) == 1
+        assert isinstance(entries[0], ObjectSpan) and entries[0].end == 50
+    error, entries = part.fetch_slice(50, 1 << 20, 60, True)
+    assert [(e.base_offset, e.last_offset) for e in entries] == [(50, 59)]

@@ -444,6 +444,18 @@ def _run(
     _check(producers, tails, cut_led, cut_zone)
 
 
+def _eos_log(producers: dict[str, Client]) -> str:
+    """librdkafka's idempotence lines (epoch bumps, sequence gaps, retries) of each producer."""
+    keep = re.compile(r"epoch|sequence|gap|persisted|drain|bump|PID", re.I)
+    out = []
+    for zone, c in producers.items():
+        lines = [
+            line for line in c.log.read_text(errors="replace").splitlines() if keep.search(line)
+        ]
+        out.append(f"{zone}: {len(lines)} lines\n" + "\n".join(lines[-60:]))
+    return "\n".join(out)
+
+
 def _check(
     producers: dict[str, Client], tails: dict[str, Client], cut_led: set[int], cut_zone: str
 ) -> None:
@@ -475,7 +487,11 @@ def _check(
         records = res["records"]
         keys = Counter(k for _, _, k in records)
         dups = [k for k, n in keys.items() if n > 1]
-        assert not dups, f"{zone} read {len(dups)} records twice, e.g. {dups[:3]}"
+        assert not dups, (
+            f"{zone} read {len(dups)} records twice, e.g. {dups[:3]}; at "
+            f"{[(p, o) for p, o, k in records if k in dups[:3]]}; the producers' "
+            f"idempotence log:\n{_eos_log(producers)}"
+        )
         missing = [k for k in acked if k not in keys]
         assert not missing, f"{zone} never read {len(missing)} acknowledged records: {missing[:5]}"
         by_part: dict[int, list[tuple[int, str]]] = defaultdict(list)
