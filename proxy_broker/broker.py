@@ -48,12 +48,13 @@ from kafka_wire.server_loop import (
 )
 from proxy_broker.accounting import ProxyTraffic
 from proxy_broker.config import ProxyConfig
-from proxy_broker.confirm_pipe import ConfirmPipe
+from proxy_broker.confirm_pipe import ConfirmPipe, PreparedPart
 from proxy_broker.mirror import MainMirror, MirrorCache, MirrorPartition, MirrorTopic
 from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from proxy_broker.prepared_trim import prepared_floor
 from proxy_broker.produce import begin_produce
 from proxy_broker.relay_plan import plan_relay
+from proxy_broker.sequence_guard import SequenceGuard
 from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.manifest import StreamManifest
 from s3_commit.node_registry import NodeRegistrar, NodeRegistration
@@ -120,6 +121,7 @@ class ProxyBroker:
             )
             for m in config.mains
         }
+        self.sequence_guard = SequenceGuard()
         self.pipes = {
             node: ConfirmPipe(
                 rpc,
@@ -127,6 +129,7 @@ class ProxyBroker:
                 config.confirm_timeout_s,
                 config.confirm_max_in_flight,
                 on_prepared=self.remember_prepared,
+                on_in_doubt=self._confirm_in_doubt,
             )
             for node, rpc in self.rpcs.items()
         }
@@ -219,6 +222,17 @@ class ProxyBroker:
                 for rpc in self.rpcs.values():
                     await rpc.aclose()
                 await self.traffic.aclose()
+
+    def _confirm_in_doubt(self, part: PreparedPart) -> None:
+        b = part.batch
+        self.sequence_guard.in_doubt(
+            part.topic,
+            part.partition,
+            b.producer_id,
+            b.producer_epoch,
+            b.base_sequence,
+            trio.current_time(),
+        )
 
     def _mains_changed(self) -> None:
         # Only once synced: a main not heard from yet at start is not down.

@@ -49,6 +49,7 @@ SESSION_IDLE_RESET_S = 1.0
 
 
 OnPrepared = Callable[[WalPosition, memoryview], None]
+OnInDoubt = Callable[["PreparedPart"], None]
 
 
 class ConfirmClient(Protocol):
@@ -131,6 +132,7 @@ class ConfirmPipe:
         timeout_s: float,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_prepared: OnPrepared | None = None,
+        on_in_doubt: OnInDoubt | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
@@ -140,6 +142,8 @@ class ConfirmPipe:
         self.max_in_flight = max_in_flight
         # Told of each PREPARED record once durable (the proxy keeps the bytes for its reads).
         self.on_prepared = on_prepared
+        # Told of each part answered "possibly written" (proxy_broker/sequence_guard.py).
+        self.on_in_doubt = on_in_doubt
         self._queue: deque[ConfirmRequest] = deque()
         self._wakeup = trio.Event()
         self._slots = trio.Semaphore(max_in_flight)
@@ -183,6 +187,13 @@ class ConfirmPipe:
         seq = self._next_seq
         self._next_seq += 1
         return self.session, seq
+
+    def _fail(self, requests: list[ConfirmRequest], code: ErrorCode, message: str) -> None:
+        for request in requests:
+            request.fail(code, message)
+            if code == ErrorCode.request_timed_out and self.on_in_doubt is not None:
+                for part in request.parts:
+                    self.on_in_doubt(part)
 
     def _new_session(self) -> None:
         self.session = new_session_id()
@@ -267,8 +278,17 @@ class ConfirmPipe:
                 code, message = ErrorCode.unknown_server_error, f"main {self.main_id}: {exc}"
             else:
                 code, message = ErrorCode.not_leader_or_follower, f"main {self.main_id}: {exc}"
-            for request in batch:
-                request.fail(code, message)
+            self._fail(batch, code, message)
+            # What waits in the queue came before the client heard of this failure: sent on
+            # now (a new session), a producer's later batch could be appended while this
+            # one was not, and librdkafka answers that gap by sending both again as new.
+            waiting = [r for r in self._queue if not r.done.is_set()]
+            self._queue.clear()
+            self._fail(
+                waiting,
+                ErrorCode.request_timed_out,
+                f"main {self.main_id}: an earlier confirm failed: {exc}",
+            )
             return
         self.calls += 1
         rows = result.parts

@@ -97,8 +97,28 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 result.error_message = exc.message
                 continue
             share = shares.get(owner)
+            request = (
+                share.request
+                if share is not None
+                else ConfirmRequest(header.api_version, req.timeout_ms, [])
+            )
+            if not proxy.sequence_guard.admit(
+                topic.name,
+                part.index,
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                owner,
+                trio.current_time(),
+                request.done.is_set,
+            ):
+                # Surely not written (never prepared); the client retries it in order.
+                result.error_code = ErrorCode.request_timed_out
+                result.error_message = (
+                    "an earlier batch of this producer to this partition is in doubt: retry from it"
+                )
+                continue
             if share is None:
-                request = ConfirmRequest(header.api_version, req.timeout_ms, [])
                 share = shares[owner] = _Share(request, [])
                 # Queued now, in arrival order; the pipe sends it once it is prepared.
                 proxy.pipes[owner].submit(request)
@@ -121,6 +141,7 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
         with trio.move_on_after(max(req.timeout_ms, 0) / 1000 + proxy.config.confirm_timeout_s):
             for owner, share in shares.items():
                 await _wait_confirmed(proxy, owner, share)
+        now = trio.current_time()
         for share in shares.values():
             _apply_results(share)
             if not share.request.done.is_set():
@@ -128,6 +149,9 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 # done): the client may send it again under a new producer epoch, which the
                 # main could not tell from new records.
                 share.request.fail(ErrorCode.request_timed_out, "answered before its confirm")
+            for part, result in zip(share.request.parts, share.results, strict=True):
+                if result.error_code == ErrorCode.request_timed_out:
+                    proxy.sequence_guard.in_doubt(*_sequence_key(part), now)
         if req.acks == 0:
             return None
         # Failures the main answered, or a main this proxy cannot reach: KIP-951 hints in
@@ -156,6 +180,17 @@ async def _wait_confirmed(proxy: ProxyBroker, owner: int, share: _Share) -> None
             await done.wait()
         if not done.is_set() and _all_moved(proxy, owner, share):
             return
+
+
+def _sequence_key(part: PreparedPart) -> tuple[str, int, int, int, int]:
+    batch = part.batch
+    return (
+        part.topic,
+        part.partition,
+        batch.producer_id,
+        batch.producer_epoch,
+        batch.base_sequence,
+    )
 
 
 def _all_moved(proxy: ProxyBroker, owner: int, share: _Share) -> bool:

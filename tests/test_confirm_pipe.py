@@ -489,3 +489,45 @@ async def test_a_request_answered_while_queued_is_never_confirmed() -> None:
         await _done(first, later)
         assert len(await main.settled_calls()) == 2
         nursery.cancel_scope.cancel()
+
+
+async def test_a_failed_call_fails_what_waits_behind_it_and_reports_the_doubt() -> None:
+    """A request queued behind a failed confirm came before the client heard of the failure:
+    sent on, a producer's later batch could be appended while the failed one was not (the
+    main answers OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka then sends both again as new).
+    It fails too, and each part answered "possibly written" is reported."""
+    main = ScriptedMain()
+    doubted: list[tuple[int, int]] = []
+    pipe = ConfirmPipe(
+        main,
+        main_id=1,
+        timeout_s=10.0,
+        max_in_flight=1,
+        on_in_doubt=lambda part: doubted.append((part.partition, part.position.position)),
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pipe.run)
+        first, queued = _request(), _request(2)
+        pipe.submit(first)
+        await main.wait_calls(1)
+        pipe.submit(queued)  # waits: one call in flight at most
+        await trio.testing.wait_all_tasks_blocked()
+        main.calls[0].fail(RpcTimeout("confirm timed out"))
+        await _done(first, queued)
+        assert [r.error_code for r in first.results] == [ErrorCode.request_timed_out]
+        assert [r.error_code for r in queued.results] == [ErrorCode.request_timed_out] * 2
+        assert "an earlier confirm failed" in (queued.results[0].error_message or "")
+        assert sorted(doubted) == sorted(
+            (p.partition, pos)
+            for r in (first, queued)
+            for p, pos in zip(r.parts, _positions_of(r), strict=True)
+        )
+        # Nothing of it was sent; the next request goes out on a new session.
+        assert len(await main.settled_calls()) == 1
+        later = _request()
+        pipe.submit(later)
+        call = (await main.wait_calls(2))[1]
+        assert (call.session, call.seq) == (pipe.session, 0)
+        call.answer()
+        await _done(later)
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,122 @@
+"""Keeps an idempotent producer's batches in sequence order through a zone proxy while the
+fate of one of them is unknown.
+
+A Kafka leader handles one connection's requests in order, so a producer's batch N+1 is
+never appended while batch N was not. A proxy confirms each batch with the partition's
+owner, and two things can break that order: a confirm that failed in a way that leaves it
+possibly written (answered REQUEST_TIMED_OUT) while later batches of the same producer go on
+to be confirmed, and a partition that moved to another main while earlier batches wait for
+the old one. The main then answers a later batch OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka,
+seeing a batch before it in doubt, bumps its epoch and sends everything unacknowledged again
+as new: a batch that was written after all is written twice.
+
+So, per partition and producer: a batch whose earlier batches wait on another main, or that
+comes after a batch answered "possibly written", is refused with REQUEST_TIMED_OUT without
+being sent (it is surely not written; the client retries it in order). The client's retry
+from the batch in doubt (a base sequence at or below it) lifts the refusal; so does a new
+producer epoch, or DOUBT_EXPIRES_S without that retry (a client that gave the batch up gets
+the main's own answer). No I/O: the proxy's produce path and its confirm pipes call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+DOUBT_EXPIRES_S = 30.0
+MAX_PRODUCERS = 100_000  # (partition, producer) entries kept; the oldest go first
+
+Key = tuple[str, int, int]  # topic, partition, producer id
+
+
+@dataclass(slots=True)
+class _Pending:
+    base_sequence: int
+    owner: int
+    done: Callable[[], bool]  # answered (or failed) by now
+
+
+@dataclass(slots=True)
+class _ProducerState:
+    epoch: int
+    pending: list[_Pending] = field(default_factory=list)
+    doubt_from: int | None = None  # the lowest base sequence answered "possibly written"
+    doubt_at: float = 0.0
+
+
+class SequenceGuard:
+    def __init__(self, expires_s: float = DOUBT_EXPIRES_S, max_entries: int = MAX_PRODUCERS):
+        self.expires_s = expires_s
+        self.max_entries = max_entries
+        self._states: dict[Key, _ProducerState] = {}
+        self.refused = 0
+
+    def admit(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        owner: int,
+        now: float,
+        done: Callable[[], bool],
+    ) -> bool:
+        """May this batch be prepared and confirmed with `owner`? False: answer it
+        REQUEST_TIMED_OUT now. `done` tells later whether its confirm was answered."""
+        if producer_id < 0:
+            return True
+        key = (topic, partition, producer_id)
+        state = self._states.get(key)
+        if state is not None and epoch < state.epoch:
+            return True  # an older epoch: the main fences it
+        if state is None or epoch > state.epoch:
+            state = _ProducerState(epoch)
+            self._put(key, state)
+        state.pending = [p for p in state.pending if not p.done()]
+        if state.doubt_from is not None:
+            if now - state.doubt_at >= self.expires_s or base_sequence <= state.doubt_from:
+                state.doubt_from = None  # the client retries from the batch in doubt on
+            else:
+                self.refused += 1
+                return False
+        elsewhere = [p.base_sequence for p in state.pending if p.owner != owner]
+        if elsewhere:
+            # Earlier batches wait on the partition's previous owner: this one must not
+            # overtake them at the new one.
+            self._doubt(state, min(elsewhere), now)
+            self.refused += 1
+            return False
+        state.pending.append(_Pending(base_sequence, owner, done))
+        return True
+
+    def in_doubt(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        now: float,
+    ) -> None:
+        """The batch was answered "possibly written" (REQUEST_TIMED_OUT)."""
+        if producer_id < 0:
+            return
+        state = self._states.get((topic, partition, producer_id))
+        if state is None or state.epoch != epoch:
+            return
+        self._doubt(state, base_sequence, now)
+
+    def _doubt(self, state: _ProducerState, base_sequence: int, now: float) -> None:
+        if state.doubt_from is None or base_sequence < state.doubt_from:
+            state.doubt_from = base_sequence
+        state.doubt_at = now
+
+    def _put(self, key: Key, state: _ProducerState) -> None:
+        self._states.pop(key, None)
+        self._states[key] = state
+        while len(self._states) > self.max_entries:
+            del self._states[next(iter(self._states))]
+
+    def __len__(self) -> int:
+        return len(self._states)
