@@ -296,4 +296,10 @@ class ConfirmPipe:
         for request in batch:
             request.results = list(rows[i : i + len(request.parts)])
             i += len(request.parts)
+            if self.on_in_doubt is not None:
+                # The main's own "possibly written" (an earlier confirm of the session never
+                # came, or the append outlived the timeout), told before anyone sees `done`.
+                for part, row in zip(request.parts, request.results, strict=False):
+                    if row.error_code == ErrorCode.request_timed_out:
+                        self.on_in_doubt(part)
             request.done.set()

@@ -80,11 +80,9 @@ class SequenceGuard:
             else:
                 self.refused += 1
                 return False
-        elsewhere = [p.base_sequence for p in state.pending if p.owner != owner]
-        if elsewhere:
+        if any(p.owner != owner for p in state.pending):
             # Earlier batches wait on the partition's previous owner: this one must not
-            # overtake them at the new one.
-            self._doubt(state, min(elsewhere), now)
+            # overtake them at the new one. Their answers say whether any is in doubt.
             self.refused += 1
             return False
         state.pending.append(_Pending(base_sequence, owner, done))

@@ -38,11 +38,21 @@ def test_a_batch_may_not_overtake_earlier_ones_waiting_on_the_previous_owner() -
     assert guard.refused == 1
     # 55 and 56 are answered "possibly written" (moved): 58 is refused too...
     r55.answered = r56.answered = True
+    guard.in_doubt("t", 0, 7, 0, 56, 0.1)
     guard.in_doubt("t", 0, 7, 0, 55, 0.1)
     assert not _admit(guard, 58, 1, _Req())
     # ...until the client retries from the first batch in doubt, in order.
     assert _admit(guard, 55, 1, _Req()) and _admit(guard, 56, 1, _Req())
     assert _admit(guard, 57, 1, _Req())
+
+
+def test_a_batch_refused_behind_earlier_ones_that_were_then_written_passes_on_retry() -> None:
+    guard = SequenceGuard()
+    r1 = _Req()
+    assert _admit(guard, 1, 2, r1)
+    assert not _admit(guard, 2, 1, _Req())  # moved while 1 waits on main 2
+    r1.answered = True  # main 2 confirmed it before the move: nothing in doubt
+    assert _admit(guard, 2, 1, _Req())
 
 
 def test_pipelined_batches_to_one_owner_pass_and_a_doubt_refuses_later_ones() -> None:
