@@ -37,6 +37,7 @@ from internal_rpc.messages import (
     MalformedMessage,
     PartitionOutcome,
 )
+from proxy_broker.sequence_guard import RESENT
 from shared_wal import AppendTicket, WalError, WalPosition
 
 log = logging.getLogger("zonefleet.proxy.confirm")
@@ -142,7 +143,7 @@ class ConfirmPipe:
         self.max_in_flight = max_in_flight
         # Told of each PREPARED record once durable (the proxy keeps the bytes for its reads).
         self.on_prepared = on_prepared
-        # Told of each part answered "possibly written" (proxy_broker/sequence_guard.py).
+        # Told of each part answered with an error its client resends (sequence_guard.py).
         self.on_in_doubt = on_in_doubt
         self._queue: deque[ConfirmRequest] = deque()
         self._wakeup = trio.Event()
@@ -191,7 +192,7 @@ class ConfirmPipe:
     def _fail(self, requests: list[ConfirmRequest], code: ErrorCode, message: str) -> None:
         for request in requests:
             request.fail(code, message)
-            if code == ErrorCode.request_timed_out and self.on_in_doubt is not None:
+            if code in RESENT and self.on_in_doubt is not None:
                 for part in request.parts:
                     self.on_in_doubt(part)
 
@@ -297,9 +298,10 @@ class ConfirmPipe:
             request.results = list(rows[i : i + len(request.parts)])
             i += len(request.parts)
             if self.on_in_doubt is not None:
-                # The main's own "possibly written" (an earlier confirm of the session never
-                # came, or the append outlived the timeout), told before anyone sees `done`.
+                # The main's own answers that the client resends (an earlier confirm of the
+                # session never came, the append outlived the timeout, the partition moved),
+                # told before anyone sees `done`.
                 for part, row in zip(request.parts, request.results, strict=False):
-                    if row.error_code == ErrorCode.request_timed_out:
+                    if row.error_code in RESENT:
                         self.on_in_doubt(part)
             request.done.set()

@@ -27,6 +27,7 @@ from kafka_wire.record_batch import InvalidBatch, validate_produce_records
 from kafka_wire.server_loop import Buffer, decode_produce_or_close
 from kafka_wire.topic_bytes import TopicFinish
 from proxy_broker.confirm_pipe import ConfirmRequest, PreparedPart
+from proxy_broker.sequence_guard import RESENT
 from shared_wal import RecordType
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 # main could not tell from new records.
                 share.request.fail(ErrorCode.request_timed_out, "answered before its confirm")
             for part, result in zip(share.request.parts, share.results, strict=True):
-                if result.error_code == ErrorCode.request_timed_out:
+                if result.error_code in RESENT:
                     proxy.sequence_guard.in_doubt(*_sequence_key(part), now)
         if req.acks == 0:
             return None

@@ -11,8 +11,8 @@ seeing a batch before it in doubt, bumps its epoch and sends everything unacknow
 as new: a batch that was written after all is written twice.
 
 So, per partition and producer: a batch whose earlier batches wait on another main, or that
-comes after a batch answered "possibly written", is refused with REQUEST_TIMED_OUT without
-being sent (it is surely not written; the client retries it in order). The client's retry
+comes after a batch the client will send again (answered REQUEST_TIMED_OUT, possibly written,
+or NOT_LEADER_OR_FOLLOWER), is refused with REQUEST_TIMED_OUT without being sent (it is surely not written; the client retries it in order). The client's retry
 from the batch in doubt (a base sequence at or below it) lifts the refusal; so does a new
 producer epoch, or DOUBT_EXPIRES_S without that retry (a client that gave the batch up gets
 the main's own answer). No I/O: the proxy's produce path and its confirm pipes call it.
@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kio.schema.errors import ErrorCode
+
 DOUBT_EXPIRES_S = 30.0
+# Answers after which a client sends the batch again with its sequence: REQUEST_TIMED_OUT
+# (possibly written) and NOT_LEADER_OR_FOLLOWER (not written). A later batch confirmed before
+# that retry would leave a gap, which librdkafka answers with an epoch bump even after the
+# latter, so both hold later batches back.
+RESENT = frozenset({ErrorCode.request_timed_out, ErrorCode.not_leader_or_follower})
 MAX_PRODUCERS = 100_000  # (partition, producer) entries kept; the oldest go first
 
 Key = tuple[str, int, int]  # topic, partition, producer id
@@ -97,7 +104,7 @@ class SequenceGuard:
         base_sequence: int,
         now: float,
     ) -> None:
-        """The batch was answered "possibly written" (REQUEST_TIMED_OUT)."""
+        """The batch was answered with one of RESENT: later ones wait for its retry."""
         if producer_id < 0:
             return
         state = self._states.get((topic, partition, producer_id))
