@@ -129,7 +129,7 @@ class ProxyBroker:
                 config.confirm_timeout_s,
                 config.confirm_max_in_flight,
                 on_prepared=self.remember_prepared,
-                on_in_doubt=self._confirm_in_doubt,
+                on_outcome=self._confirm_outcome,
             )
             for node, rpc in self.rpcs.items()
         }
@@ -223,16 +223,13 @@ class ProxyBroker:
                     await rpc.aclose()
                 await self.traffic.aclose()
 
-    def _confirm_in_doubt(self, part: PreparedPart) -> None:
+    def _confirm_outcome(self, part: PreparedPart, doubt: bool) -> None:
         b = part.batch
-        self.sequence_guard.in_doubt(
-            part.topic,
-            part.partition,
-            b.producer_id,
-            b.producer_epoch,
-            b.base_sequence,
-            trio.current_time(),
-        )
+        key = (part.topic, part.partition, b.producer_id, b.producer_epoch, b.base_sequence)
+        if doubt:
+            self.sequence_guard.in_doubt(*key, trio.current_time())
+        else:
+            self.sequence_guard.settled(*key)
 
     def _mains_changed(self) -> None:
         # Only once synced: a main not heard from yet at start is not down.

@@ -50,7 +50,9 @@ SESSION_IDLE_RESET_S = 1.0
 
 
 OnPrepared = Callable[[WalPosition, memoryview], None]
-OnInDoubt = Callable[["PreparedPart"], None]
+# Told of each part whose client will send it again (True: later batches of its producer
+# must wait for that: proxy_broker/sequence_guard.py) or that was confirmed (False).
+OnOutcome = Callable[["PreparedPart", bool], None]
 
 
 class ConfirmClient(Protocol):
@@ -133,7 +135,7 @@ class ConfirmPipe:
         timeout_s: float,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_prepared: OnPrepared | None = None,
-        on_in_doubt: OnInDoubt | None = None,
+        on_outcome: OnOutcome | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
@@ -143,8 +145,8 @@ class ConfirmPipe:
         self.max_in_flight = max_in_flight
         # Told of each PREPARED record once durable (the proxy keeps the bytes for its reads).
         self.on_prepared = on_prepared
-        # Told of each part answered with an error its client resends (sequence_guard.py).
-        self.on_in_doubt = on_in_doubt
+        self.on_outcome = on_outcome
+        self._calls: dict[tuple[str, int], list[ConfirmRequest]] = {}  # in flight
         self._queue: deque[ConfirmRequest] = deque()
         self._wakeup = trio.Event()
         self._slots = trio.Semaphore(max_in_flight)
@@ -192,9 +194,13 @@ class ConfirmPipe:
     def _fail(self, requests: list[ConfirmRequest], code: ErrorCode, message: str) -> None:
         for request in requests:
             request.fail(code, message)
-            if code in RESENT and self.on_in_doubt is not None:
-                for part in request.parts:
-                    self.on_in_doubt(part)
+            if code in RESENT:
+                self._tell(request.parts, True)
+
+    def _tell(self, parts: list[PreparedPart], doubt: bool) -> None:
+        if self.on_outcome is not None:
+            for part in parts:
+                self.on_outcome(part, doubt)
 
     def _new_session(self) -> None:
         self.session = new_session_id()
@@ -217,9 +223,11 @@ class ConfirmPipe:
         return batch
 
     async def _send(self, batch: list[ConfirmRequest], session: str, seq: int) -> None:
+        self._calls[session, seq] = batch
         try:
             await self._call(batch, session, seq)
         finally:
+            del self._calls[session, seq]
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle_since = trio.current_time()
@@ -280,6 +288,13 @@ class ConfirmPipe:
             else:
                 code, message = ErrorCode.not_leader_or_follower, f"main {self.main_id}: {exc}"
             self._fail(batch, code, message)
+            # The main applies a session's confirms in order: the calls still out on this
+            # session may never be applied, or only after a failed one. Their batches are in
+            # doubt until answered, so no later batch of theirs overtakes them.
+            for (other_session, other_seq), riding in self._calls.items():
+                if other_session == session and other_seq != seq:
+                    for request in riding:
+                        self._tell(request.parts, True)
             # What waits in the queue came before the client heard of this failure: sent on
             # now (a new session), a producer's later batch could be appended while this
             # one was not, and librdkafka answers that gap by sending both again as new.
@@ -297,11 +312,10 @@ class ConfirmPipe:
         for request in batch:
             request.results = list(rows[i : i + len(request.parts)])
             i += len(request.parts)
-            if self.on_in_doubt is not None:
-                # The main's own answers that the client resends (an earlier confirm of the
-                # session never came, the append outlived the timeout, the partition moved),
-                # told before anyone sees `done`.
+            if self.on_outcome is not None:
+                # Told before anyone sees `done`: the main's own answers that the client
+                # resends (an earlier confirm of the session never came, the append outlived
+                # the timeout, the partition moved), and what it confirmed.
                 for part, row in zip(request.parts, request.results, strict=False):
-                    if row.error_code in RESENT:
-                        self.on_in_doubt(part)
+                    self.on_outcome(part, row.error_code in RESENT)
             request.done.set()

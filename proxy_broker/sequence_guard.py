@@ -11,11 +11,14 @@ seeing a batch before it in doubt, bumps its epoch and sends everything unacknow
 as new: a batch that was written after all is written twice.
 
 So, per partition and producer: a batch whose earlier batches wait on another main, or that
-comes after a batch the client will send again (answered REQUEST_TIMED_OUT, possibly written,
-or NOT_LEADER_OR_FOLLOWER), is refused with REQUEST_TIMED_OUT without being sent (it is surely not written; the client retries it in order). The client's retry
-from the batch in doubt (a base sequence at or below it) lifts the refusal; so does a new
-producer epoch, or DOUBT_EXPIRES_S without that retry (a client that gave the batch up gets
-the main's own answer). No I/O: the proxy's produce path and its confirm pipes call it.
+comes after a batch in doubt, is refused with REQUEST_TIMED_OUT without being sent (it is
+surely not written; the client retries it in order). A batch is in doubt once answered with
+an error its client sends it again for (REQUEST_TIMED_OUT: possibly written;
+NOT_LEADER_OR_FOLLOWER), or while its confirm rides a session another failed call broke.
+The client's retry from the lowest batch in doubt (a base sequence at or below it) lifts the
+refusal; so does a new producer epoch, or DOUBT_EXPIRES_S without that retry (a client that
+gave the batch up gets the main's own answer). No I/O: the proxy's produce path and its
+confirm pipes call it.
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ class _Pending:
 class _ProducerState:
     epoch: int
     pending: list[_Pending] = field(default_factory=list)
-    doubt_from: int | None = None  # the lowest base sequence answered "possibly written"
+    # Base sequences of batches in doubt: answered with one of RESENT, or riding on a confirm
+    # call whose session another failed call broke. A later batch waits for the client's
+    # retry from the lowest; a batch in doubt that is confirmed after all leaves the set.
+    doubts: set[int] = field(default_factory=set)
     doubt_at: float = 0.0
 
 
@@ -81,9 +87,9 @@ class SequenceGuard:
             state = _ProducerState(epoch)
             self._put(key, state)
         state.pending = [p for p in state.pending if not p.done()]
-        if state.doubt_from is not None:
-            if now - state.doubt_at >= self.expires_s or base_sequence <= state.doubt_from:
-                state.doubt_from = None  # the client retries from the batch in doubt on
+        if state.doubts:
+            if now - state.doubt_at >= self.expires_s or base_sequence <= min(state.doubts):
+                state.doubts.clear()  # the client retries from the batch in doubt on
             else:
                 self.refused += 1
                 return False
@@ -104,18 +110,28 @@ class SequenceGuard:
         base_sequence: int,
         now: float,
     ) -> None:
-        """The batch was answered with one of RESENT: later ones wait for its retry."""
-        if producer_id < 0:
-            return
-        state = self._states.get((topic, partition, producer_id))
-        if state is None or state.epoch != epoch:
-            return
-        self._doubt(state, base_sequence, now)
+        """The batch was answered with one of RESENT, or its confirm may not be applied in
+        order: later ones wait for its retry."""
+        state = self._state(topic, partition, producer_id, epoch)
+        if state is not None:
+            state.doubts.add(base_sequence)
+            state.doubt_at = now
 
-    def _doubt(self, state: _ProducerState, base_sequence: int, now: float) -> None:
-        if state.doubt_from is None or base_sequence < state.doubt_from:
-            state.doubt_from = base_sequence
-        state.doubt_at = now
+    def settled(
+        self, topic: str, partition: int, producer_id: int, epoch: int, base_sequence: int
+    ) -> None:
+        """The batch was confirmed (written, or refused for good): no longer in doubt."""
+        state = self._state(topic, partition, producer_id, epoch)
+        if state is not None:
+            state.doubts.discard(base_sequence)
+
+    def _state(
+        self, topic: str, partition: int, producer_id: int, epoch: int
+    ) -> _ProducerState | None:
+        if producer_id < 0:
+            return None
+        state = self._states.get((topic, partition, producer_id))
+        return state if state is not None and state.epoch == epoch else None
 
     def _put(self, key: Key, state: _ProducerState) -> None:
         self._states.pop(key, None)

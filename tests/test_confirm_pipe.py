@@ -503,7 +503,9 @@ async def test_a_failed_call_fails_what_waits_behind_it_and_reports_the_doubt() 
         main_id=1,
         timeout_s=10.0,
         max_in_flight=1,
-        on_in_doubt=lambda part: doubted.append((part.partition, part.position.position)),
+        on_outcome=lambda part, doubt: (
+            doubted.append((part.partition, part.position.position)) if doubt else None
+        ),
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pipe.run)
@@ -530,4 +532,33 @@ async def test_a_failed_call_fails_what_waits_behind_it_and_reports_the_doubt() 
         assert (call.session, call.seq) == (pipe.session, 0)
         call.answer()
         await _done(later)
+        nursery.cancel_scope.cancel()
+
+
+async def test_calls_riding_a_broken_session_are_in_doubt_until_answered() -> None:
+    """The main applies a session's confirms in order: once one call fails, the others still
+    out on that session may never be applied, or only late. Their batches are in doubt (a
+    later batch of their producers must not overtake them) until their answers come."""
+    main = ScriptedMain()
+    told: list[tuple[int, bool]] = []
+    pipe = ConfirmPipe(
+        main,
+        main_id=1,
+        timeout_s=10.0,
+        max_in_flight=2,
+        on_outcome=lambda part, doubt: told.append((part.position.position, doubt)),
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pipe.run)
+        first, second = _request(), _request()
+        for request in (first, second):
+            pipe.submit(request)
+            await main.wait_calls(len(main.calls) + 1)
+        main.calls[0].fail(RpcTimeout("confirm timed out"))
+        await _done(first)
+        [p1], [p2] = _positions_of(first), _positions_of(second)
+        assert told == [(p1, True), (p2, True)]
+        main.calls[1].answer()  # applied after all
+        await _done(second)
+        assert told[-1] == (p2, False)
         nursery.cancel_scope.cancel()

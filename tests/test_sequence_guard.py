@@ -85,3 +85,17 @@ def test_entries_are_bounded() -> None:
     for pid in range(10):
         assert _admit(guard, 0, 1, _Req(), pid=pid)
     assert len(guard) == 3
+
+
+def test_a_batch_in_doubt_that_is_confirmed_after_all_holds_nothing_back() -> None:
+    """A confirm riding a session that another failed call broke is in doubt until answered;
+    confirmed, it leaves the set, and only what is still in doubt holds later batches."""
+    guard = SequenceGuard()
+    for seq in (4, 5):
+        assert _admit(guard, seq, 2, _Req())
+    guard.in_doubt("t", 0, 7, 0, 5, 1.0)
+    guard.in_doubt("t", 0, 7, 0, 4, 1.0)
+    guard.settled("t", 0, 7, 0, 4)  # written after all
+    assert not _admit(guard, 6, 2, _Req(), now=1.1)  # 5 is still in doubt
+    guard.settled("t", 0, 7, 0, 5)
+    assert _admit(guard, 6, 2, _Req(), now=1.2)
