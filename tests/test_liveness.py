@@ -81,3 +81,13 @@ def test_a_main_that_reaches_few_others_by_timeouts_may_be_the_one_cut_off() -> 
     for _ in range(FAILURES_TO_DEAD):
         pair.record(2, ProbeOutcome.FAILED)
     assert pair.in_minority([2])
+
+
+def test_a_main_is_seen_once_it_answered() -> None:
+    tracker = ProbeTracker()
+    assert not tracker.seen(2)
+    tracker.record(2, ProbeOutcome.REFUSED, "starting")
+    assert not tracker.seen(2) and not tracker.dead(2)
+    tracker.record(2, ProbeOutcome.ANSWERED)
+    tracker.record(2, ProbeOutcome.REFUSED, "killed")
+    assert tracker.seen(2) and not tracker.answering(2)

@@ -84,6 +84,11 @@ class ProbeTracker:
         rec = self.records.get(node)
         return rec is not None and rec.answered and rec.failed == 0
 
+    def seen(self, node: int) -> bool:
+        """Answered a probe at least once (only such a main can be found dead)."""
+        rec = self.records.get(node)
+        return rec is not None and rec.answered
+
     def suspected(self, node: int) -> bool:
         rec = self.records.get(node)
         return rec is not None and rec.failed > 0

@@ -46,6 +46,7 @@ log = logging.getLogger("zonefleet.main_broker.watch")
 
 PROBE_INTERVAL_S = 4.0
 SUSPECT_PROBE_S = 0.2
+UNSEEN_PROBE_S = 0.5
 PROBE_TIMEOUT_S = 2.0
 REPORT_TIMEOUT_S = 1.0
 WARN_EVERY_S = 10.0
@@ -149,8 +150,20 @@ class MainWatch:
                     for node in targets:
                         nursery.start_soon(self._probe, node)
                 await self._act(targets)
+            if set(self._targets()) != set(targets):
+                continue  # the lease changed hands meanwhile: probe the new targets now
             suspected = any(self.tracker.suspected(n) for n in targets)
-            with trio.move_on_after(SUSPECT_PROBE_S if suspected else PROBE_INTERVAL_S):
+            # A main only counts as dead once it answered a probe: until each target has, or
+            # while this main knows no controller yet, look again soon, so that a main dying
+            # in its first seconds is not left to the heartbeat timeout.
+            unseen = not targets or any(not self.tracker.seen(n) for n in targets)
+            if suspected:
+                wait = SUSPECT_PROBE_S
+            elif unseen:
+                wait = UNSEEN_PROBE_S
+            else:
+                wait = PROBE_INTERVAL_S
+            with trio.move_on_after(wait):
                 await self._wake.wait()
             self._wake = trio.Event()
 
