@@ -122,6 +122,9 @@ class ProxyBroker:
             for m in config.mains
         }
         self.sequence_guard = SequenceGuard()
+        # One line per partition now and then while batches are held back (a client retrying
+        # against a batch in doubt would otherwise log one per attempt).
+        self.held_log = BadInputLog(logging.getLogger("zonefleet.proxy.produce"), interval_s=5.0)
         self.pipes = {
             node: ConfirmPipe(
                 rpc,

@@ -103,7 +103,7 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 if share is not None
                 else ConfirmRequest(header.api_version, req.timeout_ms, [])
             )
-            if not proxy.sequence_guard.admit(
+            held = proxy.sequence_guard.admit(
                 topic.name,
                 part.index,
                 batch.producer_id,
@@ -112,7 +112,20 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 owner,
                 trio.current_time(),
                 request.done.is_set,
-            ):
+            )
+            if held is not None:
+                proxy.held_log.warn(
+                    f"{topic.name}-{part.index}",
+                    "sequence_held",
+                    "held back %s-%d, producer %d epoch %d sequence %d, for main %d: %s",
+                    topic.name,
+                    part.index,
+                    batch.producer_id,
+                    batch.producer_epoch,
+                    batch.base_sequence,
+                    owner,
+                    held,
+                )
                 # Surely not written (never prepared); the client retries it in order.
                 result.error_code = ErrorCode.request_timed_out
                 result.error_message = (

@@ -16,8 +16,8 @@ surely not written; the client retries it in order). A batch is in doubt once an
 an error its client sends it again for (REQUEST_TIMED_OUT: possibly written;
 NOT_LEADER_OR_FOLLOWER), or while its confirm rides a session another failed call broke.
 The client's retry from the lowest batch in doubt (a base sequence at or below it) lifts the
-refusal; so does a new producer epoch, or DOUBT_EXPIRES_S without that retry (a client that
-gave the batch up gets the main's own answer). No I/O: the proxy's produce path and its
+refusal; so do a new producer epoch, MAX_HELD batches refused (all a client can have sent
+before it heard), and DOUBT_EXPIRES_S. No I/O: the proxy's produce path and its
 confirm pipes call it.
 """
 
@@ -34,6 +34,12 @@ DOUBT_EXPIRES_S = 30.0
 # that retry would leave a gap, which librdkafka answers with an epoch bump even after the
 # latter, so both hold later batches back.
 RESENT = frozenset({ErrorCode.request_timed_out, ErrorCode.not_leader_or_follower})
+# A client sends at most 5 requests to a broker at once with idempotence on (librdkafka and
+# Java cap max.in.flight there), each with one batch per partition: at most 4 batches of a
+# partition can follow a batch in doubt before the client hears of it. A fifth is a retry
+# sent after it heard, starting past the batch in doubt: that batch was acknowledged on
+# another path meanwhile (the client's zone main led the partition for a while), or given up.
+MAX_HELD = 4
 MAX_PRODUCERS = 100_000  # (partition, producer) entries kept; the oldest go first
 
 Key = tuple[str, int, int]  # topic, partition, producer id
@@ -55,6 +61,7 @@ class _ProducerState:
     # retry from the lowest; a batch in doubt that is confirmed after all leaves the set.
     doubts: set[int] = field(default_factory=set)
     doubt_at: float = 0.0
+    held: int = 0  # batches refused since the doubts began
 
 
 class SequenceGuard:
@@ -74,32 +81,39 @@ class SequenceGuard:
         owner: int,
         now: float,
         done: Callable[[], bool],
-    ) -> bool:
-        """May this batch be prepared and confirmed with `owner`? False: answer it
-        REQUEST_TIMED_OUT now. `done` tells later whether its confirm was answered."""
+    ) -> str | None:
+        """None when this batch may be prepared and confirmed with `owner`; otherwise why
+        not (answer it REQUEST_TIMED_OUT now). `done` tells later whether its confirm was
+        answered."""
         if producer_id < 0:
-            return True
+            return None
         key = (topic, partition, producer_id)
         state = self._states.get(key)
         if state is not None and epoch < state.epoch:
-            return True  # an older epoch: the main fences it
+            return None  # an older epoch: the main fences it
         if state is None or epoch > state.epoch:
             state = _ProducerState(epoch)
             self._put(key, state)
         state.pending = [p for p in state.pending if not p.done()]
         if state.doubts:
-            if now - state.doubt_at >= self.expires_s or base_sequence <= min(state.doubts):
-                state.doubts.clear()  # the client retries from the batch in doubt on
+            if (
+                base_sequence <= min(state.doubts)  # the client retries from it on
+                or state.held >= MAX_HELD
+                or now - state.doubt_at >= self.expires_s
+            ):
+                state.doubts.clear()
             else:
+                state.held += 1
                 self.refused += 1
-                return False
+                return f"batch {min(state.doubts)} is in doubt: the client retries from it"
         if any(p.owner != owner for p in state.pending):
             # Earlier batches wait on the partition's previous owner: this one must not
             # overtake them at the new one. Their answers say whether any is in doubt.
             self.refused += 1
-            return False
+            waiting = sorted((p.base_sequence, p.owner) for p in state.pending)
+            return f"batches {waiting} wait on the previous owner"
         state.pending.append(_Pending(base_sequence, owner, done))
-        return True
+        return None
 
     def in_doubt(
         self,
@@ -114,6 +128,8 @@ class SequenceGuard:
         order: later ones wait for its retry."""
         state = self._state(topic, partition, producer_id, epoch)
         if state is not None:
+            if not state.doubts:
+                state.held = 0
             state.doubts.add(base_sequence)
             state.doubt_at = now
 

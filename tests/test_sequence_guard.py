@@ -5,12 +5,12 @@ OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka bumped its epoch and sent the writt
 
 from __future__ import annotations
 
-from proxy_broker.sequence_guard import SequenceGuard
+from proxy_broker.sequence_guard import MAX_HELD, SequenceGuard
 
 
 class _Req:
-    def __init__(self) -> None:
-        self.answered = False
+    def __init__(self, answered: bool = False) -> None:
+        self.answered = answered
 
     def done(self) -> bool:
         return self.answered
@@ -26,7 +26,7 @@ def _admit(
     now: float = 0.0,
     pid: int = 7,
 ) -> bool:
-    return guard.admit("t", 0, pid, epoch, seq, owner, now, req.done)
+    return guard.admit("t", 0, pid, epoch, seq, owner, now, req.done) is None
 
 
 def test_a_batch_may_not_overtake_earlier_ones_waiting_on_the_previous_owner() -> None:
@@ -71,8 +71,8 @@ def test_a_new_epoch_an_expired_doubt_and_other_producers_are_not_held() -> None
     guard.in_doubt("t", 0, 7, 0, 0, 0.0)
     assert not _admit(guard, 1, 2, _Req(), now=1.0)
     assert _admit(guard, 9, 2, _Req(), pid=8)  # another producer
-    assert guard.admit("t", 1, 7, 0, 9, 2, 1.0, _Req().done)  # another partition
-    assert guard.admit("t", 0, -1, -1, -1, 1, 1.0, _Req().done)  # not idempotent
+    assert guard.admit("t", 1, 7, 0, 9, 2, 1.0, _Req().done) is None  # another partition
+    assert guard.admit("t", 0, -1, -1, -1, 1, 1.0, _Req().done) is None  # not idempotent
     assert _admit(guard, 1, 2, _Req(), now=31.0)  # the client gave it up: the main decides
     guard.in_doubt("t", 0, 7, 0, 1, 31.0)
     assert _admit(guard, 0, 2, _Req(), epoch=1, now=32.0)  # a bumped epoch starts afresh
@@ -99,3 +99,17 @@ def test_a_batch_in_doubt_that_is_confirmed_after_all_holds_nothing_back() -> No
     assert not _admit(guard, 6, 2, _Req(), now=1.1)  # 5 is still in doubt
     guard.settled("t", 0, 7, 0, 5)
     assert _admit(guard, 6, 2, _Req(), now=1.2)
+
+
+def test_a_client_that_moved_on_is_held_back_for_at_most_four_batches() -> None:
+    """The batch in doubt was acknowledged on another path (the client's zone main led the
+    partition for a while, so the retry never came through this proxy): the client's later
+    batches are refused at most MAX_HELD times, not until the doubt expires (the failover
+    bench's producers stalled 23 s)."""
+    guard = SequenceGuard()
+    assert _admit(guard, 49, 1, _Req(answered=True))
+    guard.in_doubt("t", 0, 7, 0, 49, 0.0)
+    for _ in range(MAX_HELD):
+        assert not _admit(guard, 429, 1, _Req(), now=1.0)
+    assert _admit(guard, 429, 1, _Req(), now=1.1)
+    assert _admit(guard, 430, 1, _Req(), now=1.2)
