@@ -16,8 +16,8 @@ surely not written; the client retries it in order). A batch is in doubt once an
 an error its client sends it again for (REQUEST_TIMED_OUT: possibly written;
 NOT_LEADER_OR_FOLLOWER), or while its confirm rides a session another failed call broke.
 The client's retry from the lowest batch in doubt (a base sequence at or below it) lifts the
-refusal; so do a new producer epoch, MAX_HELD batches refused (all a client can have sent
-before it heard), and DOUBT_EXPIRES_S. No I/O: the proxy's produce path and its
+refusal; so do a resend past it (the client had it acknowledged on another path), a new
+producer epoch, and DOUBT_EXPIRES_S. No I/O: the proxy's produce path and its
 confirm pipes call it.
 """
 
@@ -34,12 +34,6 @@ DOUBT_EXPIRES_S = 30.0
 # that retry would leave a gap, which librdkafka answers with an epoch bump even after the
 # latter, so both hold later batches back.
 RESENT = frozenset({ErrorCode.request_timed_out, ErrorCode.not_leader_or_follower})
-# A client sends at most 5 requests to a broker at once with idempotence on (librdkafka and
-# Java cap max.in.flight there), each with one batch per partition: at most 4 batches of a
-# partition can follow a batch in doubt before the client hears of it. A fifth is a retry
-# sent after it heard, starting past the batch in doubt: that batch was acknowledged on
-# another path meanwhile (the client's zone main led the partition for a while), or given up.
-MAX_HELD = 4
 MAX_PRODUCERS = 100_000  # (partition, producer) entries kept; the oldest go first
 
 Key = tuple[str, int, int]  # topic, partition, producer id
@@ -61,7 +55,7 @@ class _ProducerState:
     # retry from the lowest; a batch in doubt that is confirmed after all leaves the set.
     doubts: set[int] = field(default_factory=set)
     doubt_at: float = 0.0
-    held: int = 0  # batches refused since the doubts began
+    highest: int = -1  # the highest base sequence seen (admitted or held)
 
 
 class SequenceGuard:
@@ -95,15 +89,21 @@ class SequenceGuard:
             state = _ProducerState(epoch)
             self._put(key, state)
         state.pending = [p for p in state.pending if not p.done()]
+        resent = base_sequence <= state.highest
+        state.highest = max(state.highest, base_sequence)
         if state.doubts:
+            # Clients resend from their first unacknowledged batch once they heard of a
+            # failure (librdkafka and Java drain what is in flight first): a resend past the
+            # batch in doubt means the client had that one acknowledged on another path (its
+            # zone main led the partition for a while) or gave it up. A batch never seen
+            # before may have been sent before the client heard: it waits.
             if (
-                base_sequence <= min(state.doubts)  # the client retries from it on
-                or state.held >= MAX_HELD
+                base_sequence <= min(state.doubts)
+                or resent
                 or now - state.doubt_at >= self.expires_s
             ):
                 state.doubts.clear()
             else:
-                state.held += 1
                 self.refused += 1
                 return f"batch {min(state.doubts)} is in doubt: the client retries from it"
         if any(p.owner != owner for p in state.pending):
@@ -128,8 +128,6 @@ class SequenceGuard:
         order: later ones wait for its retry."""
         state = self._state(topic, partition, producer_id, epoch)
         if state is not None:
-            if not state.doubts:
-                state.held = 0
             state.doubts.add(base_sequence)
             state.doubt_at = now
 
