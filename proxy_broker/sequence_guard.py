@@ -104,16 +104,28 @@ class SequenceGuard:
             ):
                 state.doubts.clear()
             else:
-                self.refused += 1
-                return f"batch {min(state.doubts)} is in doubt: the client retries from it"
+                return self._refuse(
+                    state, base_sequence, now, f"batch {min(state.doubts)} is in doubt"
+                )
         if any(p.owner != owner for p in state.pending):
             # Earlier batches wait on the partition's previous owner: this one must not
             # overtake them at the new one. Their answers say whether any is in doubt.
-            self.refused += 1
             waiting = sorted((p.base_sequence, p.owner) for p in state.pending)
-            return f"batches {waiting} wait on the previous owner"
+            return self._refuse(
+                state, base_sequence, now, f"batches {waiting} wait on the previous owner"
+            )
         state.pending.append(_Pending(base_sequence, owner, done))
         return None
+
+    def _refuse(self, state: _ProducerState, base_sequence: int, now: float, why: str) -> str:
+        # The refused batch is answered REQUEST_TIMED_OUT, so the client sends it again: a
+        # later batch must not be confirmed first (the main would answer
+        # OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka bumps its epoch for the whole
+        # producer, so a written batch in doubt on another partition is written twice).
+        self.refused += 1
+        state.doubts.add(base_sequence)
+        state.doubt_at = now
+        return f"{why}: the client retries from it"
 
     def in_doubt(
         self,

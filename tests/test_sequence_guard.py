@@ -51,8 +51,8 @@ def test_a_batch_refused_behind_earlier_ones_that_were_then_written_passes_on_re
     r1 = _Req()
     assert _admit(guard, 1, 2, r1)
     assert not _admit(guard, 2, 1, _Req())  # moved while 1 waits on main 2
-    r1.answered = True  # main 2 confirmed it before the move: nothing in doubt
-    assert _admit(guard, 2, 1, _Req())
+    r1.answered = True  # main 2 confirmed it before the move
+    assert _admit(guard, 2, 1, _Req())  # the resend
 
 
 def test_pipelined_batches_to_one_owner_pass_and_a_doubt_refuses_later_ones() -> None:
@@ -115,3 +115,18 @@ def test_a_client_that_moved_past_the_doubt_is_held_back_once() -> None:
     assert _admit(guard, 429, 1, _Req(), now=1.1)  # the resend from its first unacknowledged
     assert _admit(guard, 430, 1, _Req(), now=1.2)
     assert _admit(guard, 431, 1, _Req(), now=1.3)
+
+
+def test_a_batch_refused_behind_the_previous_owner_holds_later_ones_until_resent() -> None:
+    """Refused (never written) while batch 1 waited on the previous owner, which then
+    confirmed it: batch 3, sent before the client heard of 2's refusal, must not overtake
+    2 at the new owner (OUT_OF_ORDER_SEQUENCE_NUMBER makes librdkafka bump its epoch for
+    every partition: the failover bench read 3 records twice)."""
+    guard = SequenceGuard()
+    r1 = _Req()
+    assert _admit(guard, 1, 2, r1)
+    assert not _admit(guard, 2, 1, _Req(), now=1.0)
+    r1.answered = True  # confirmed by the previous owner
+    assert not _admit(guard, 3, 1, _Req(), now=1.0)
+    assert _admit(guard, 2, 1, _Req(), now=1.1)  # the client's resend
+    assert _admit(guard, 3, 1, _Req(), now=1.2)
