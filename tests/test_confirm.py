@@ -275,3 +275,36 @@ async def test_internal_rpc_confirm_state_and_relay(tmp_path: Path) -> None:
             await intruder.call("confirm", _params(positions, 0), timeout=2, retries=0)
         await client.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_sequence_gap_through_a_proxy_is_answered_as_possibly_written(
+    tmp_path: Path,
+) -> None:
+    """A batch that overtook an earlier one of its producer (both through a proxy) is not
+    answered OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka bumps its epoch for every
+    partition and resends unacknowledged batches as new (the failover bench read records
+    twice), but REQUEST_TIMED_OUT: the client resends from its first unacknowledged batch,
+    in order, and both land."""
+    url = f"osfs://{tmp_path / 'wal'}"
+    batches = [
+        _batch([b"a0", b"a1"], pid=9, seq=0),
+        _batch([b"b0"], pid=9, seq=2),
+        _batch([b"c0"], pid=9, seq=3),
+    ]
+    positions = await _prepare(url, batches)
+    broker = MainBroker(_config(tmp_path))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        await broker.store.create_topic("t", 1, {})
+        first = await handle_confirm(broker, _params(positions[:1], 0, "s1", batches[:1]))
+        assert first["parts"][0][:2] == [ErrorCode.none, 0]
+        # seq 3 arrives on another session before seq 2 (which a failed call held).
+        gap = await handle_confirm(broker, _params(positions[2:], 0, "s2", batches[2:]))
+        code, _, _, _, message = gap["parts"][0][:5]
+        assert code == ErrorCode.request_timed_out and "in order" in message
+        for seq, i in ((1, 1), (2, 2)):
+            again = await handle_confirm(
+                broker, _params(positions[i : i + 1], seq, "s2", batches[i : i + 1])
+            )
+            assert again["parts"][0][:2] == [ErrorCode.none, i + 1]
+        nursery.cancel_scope.cancel()

@@ -170,6 +170,18 @@ async def handle_confirm(broker: BrokerServices, params: dict[str, Any]) -> dict
                 prepared=position,
             )
             append_partition(broker, decision, result, pending)
+            if result.error_code == ErrorCode.out_of_order_sequence_number:
+                # A gap, through a proxy: an earlier batch of this producer is still on its way
+                # or failed at the proxy (a Kafka leader reads one connection in order; a proxy
+                # confirms each batch on its own). OUT_OF_ORDER_SEQUENCE_NUMBER makes
+                # librdkafka bump its epoch for every partition and send what is not
+                # acknowledged again as new: duplicates wherever a written batch was in doubt.
+                # "Possibly written" makes it resend this partition's batches in order.
+                result.error_code = ErrorCode.request_timed_out
+                result.error_message = (
+                    f"an earlier batch of this producer has not reached {part.topic}-"
+                    f"{part.partition} yet ({result.error_message}): send again in order"
+                )
             if result.error_code == ErrorCode.none:
                 broker.metrics.bytes_in.labels(part.topic).inc(size)
     finally:
