@@ -78,7 +78,7 @@ from main_broker.security.state import SecurityState
 from main_broker.state_stream import publish_state
 from main_broker.txn.coordinator import TxnCoordinator
 from main_broker.txn.markers import allow, write_markers
-from shared_wal import WalReader, WalWriter, open_wal_fs
+from shared_wal import WalError, WalReader, WalWriter, open_wal_fs
 from telemetry import UNKNOWN_ZONE, BadInputLog, BrokerMetrics, MetricsRegistry
 
 log = logging.getLogger("zonefleet.main_broker")
@@ -586,6 +586,10 @@ class MainBroker:
         async def run() -> Sequence[Buffer] | None:
             try:
                 return await self._dispatch(ctx, name, request)
+            except WalError as exc:
+                # The WAL failed (or was fenced) under a request that writes to it: logged
+                # where it failed; the client's connection closes and it retries elsewhere.
+                raise CloseConnection(f"{name} needs the WAL, which failed: {exc}") from None
             finally:
                 latency.observe(time.perf_counter() - started)
 

@@ -13,6 +13,7 @@ from kafka_wire.errors import ErrorCode
 from main_broker.groups.offsets import OffsetTuple
 from main_broker.request import RequestContext
 from main_broker.txn.state import TxnState, valid_transactional_id
+from shared_wal import WalError
 
 if TYPE_CHECKING:
     from main_broker.api.services import BrokerServices
@@ -24,7 +25,16 @@ _NOT_ATTEMPTED = ErrorCode.operation_not_attempted
 async def init_producer_id(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     tid = getattr(req, "transactional_id", None)
     if tid is None:
-        pid = broker.cluster.producer_id(await broker.store.allocate_producer_id())
+        try:
+            pid = broker.cluster.producer_id(await broker.store.allocate_producer_id())
+        except WalError:
+            # The block of ids is recorded in the WAL first; a failed (or fenced) WAL was
+            # logged where it failed. Retriable: the client asks again, or another main.
+            return {
+                "error_code": ErrorCode.coordinator_not_available,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
         return {"error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": 0}
     if not valid_transactional_id(tid):
         return {"error_code": ErrorCode.invalid_request, "producer_id": -1, "producer_epoch": -1}
