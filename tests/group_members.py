@@ -246,8 +246,9 @@ def coordinator_of(fleet: ZoneFleet, group: str) -> int:
     return group_coordinator(group, sorted(main_bootstraps(fleet)))
 
 
-def restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> None:
-    """SIGTERM one main; `up` restarts it. Returns once it answers Kafka requests again."""
+def restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> float:
+    """SIGTERM one main; `up` restarts it. Returns once it answers Kafka requests again and
+    its zone's Metadata lists it: the monotonic time it first answered."""
     assert proc.proc is not None
     supervisor = proc.proc.pid
     key = f"main-broker {node_id}"
@@ -264,6 +265,7 @@ def restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> None:
             raw = RawKafka(main_bootstraps(fleet)[node_id])
             raw.request(3, 12, {"topics": [], "allow_auto_topic_creation": False})
             raw.close()
+            answered = time.monotonic()
             break
         except Exception:
             assert time.monotonic() < deadline, f"main {node_id} does not answer"
@@ -276,6 +278,7 @@ def restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> None:
         60,
         lambda: f"{zone}'s Metadata does not list main {node_id} again",
     )
+    return answered
 
 
 def _zone_brokers(fleet: ZoneFleet, zone: str) -> set[int]:

@@ -158,8 +158,7 @@ def test_a_member_killed_before_the_restart_expires_one_session_after_recovery(
         taken = len(events)
 
         child.kill()  # gone for good, no leave heartbeat
-        restart_main(proc, fleet, coordinator_of(fleet, group))
-        recovered = time.monotonic()
+        recovered = restart_main(proc, fleet, coordinator_of(fleet, group))
         # Restored with both members: the dead one is there until its session ends.
         assert _group(fleet, group) == (state, epoch, before)
         wait_until(

@@ -11,7 +11,6 @@ coordinator recovered, and the other member takes its partitions.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,8 +99,7 @@ def _generation(fleet: ZoneFleet, group: str, member_id: str) -> int:
 
 def _restart_coordinator(proc: FleetProcess, fleet: ZoneFleet, group: str) -> float:
     """Restart the group's coordinating main; the monotonic time it answered again."""
-    restart_main(proc, fleet, coordinator_of(fleet, group))
-    return time.monotonic()
+    return restart_main(proc, fleet, coordinator_of(fleet, group))
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
