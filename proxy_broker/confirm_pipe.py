@@ -155,8 +155,8 @@ class ConfirmPipe:
         self._idle_since: float | None = None  # None while calls are in flight
         self.in_flight = 0
         self.calls = 0
-        # The confirm version this main reads: 2 (batch summaries) until a main of the
-        # previous release refuses it, then 1 (that main reads each payload back).
+        # The confirm version this main reads: the newest until a main of an earlier release
+        # refuses it, then one less each time (version 1: that main reads each payload back).
         self.version = CONFIRM_VERSION
 
     def submit(self, request: ConfirmRequest) -> None:
@@ -258,7 +258,11 @@ class ConfirmPipe:
             # Not idempotent: a confirm that may have reached the main is never resent blindly;
             # the client's own retry (deduplicated for idempotent producers) covers it.
             answer = await self.rpc.call(
-                "confirm", params.to_wire(), timeout=self.timeout_s, retries=1, idempotent=False
+                "confirm",
+                params.to_wire(self.version),
+                timeout=self.timeout_s,
+                retries=1,
+                idempotent=False,
             )
             result = ConfirmResult.from_wire(answer, expected_parts=len(params.parts))
         except (RpcError, MalformedMessage) as exc:
@@ -270,10 +274,15 @@ class ConfirmPipe:
                 and exc.code == "UnsupportedMessageVersion"
                 and self.version > 1
             ):
-                # A main of the previous release (a rolling upgrade): it decoded nothing, so
-                # the clients' retries go out as version 1 confirms.
-                self.version = 1
-                log.warning("main %d reads confirm version 1 only; sending it", self.main_id)
+                # A main of an earlier release (a rolling upgrade): it decoded nothing, so the
+                # clients' retries go out one version lower.
+                self.version -= 1
+                log.warning(
+                    "main %d refused confirm version %d; sending version %d",
+                    self.main_id,
+                    self.version + 1,
+                    self.version,
+                )
             log.warning("confirm %s/%d to main %d failed: %r", session, seq, self.main_id, exc)
             if isinstance(exc, RpcTimeout) or (
                 isinstance(exc, RpcUnavailable) and exc.request_sent

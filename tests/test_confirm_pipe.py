@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import msgpack
@@ -14,7 +14,7 @@ import trio.testing
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcError, RpcRemoteError, RpcTimeout, RpcUnavailable
-from internal_rpc.messages import BatchSummary
+from internal_rpc.messages import CONFIRM_VERSION, BatchSummary, ConfirmParams, ConfirmPart
 from proxy_broker.confirm_pipe import (
     SESSION_IDLE_RESET_S,
     ConfirmPipe,
@@ -36,16 +36,22 @@ class Call:
     error: RpcError | None = None
 
     @property
+    def confirm(self) -> ConfirmParams:
+        return ConfirmParams.from_wire(self.params)
+
+    @property
     def session(self) -> str:
-        return str(self.params["sess"])
+        assert self.confirm.session is not None
+        return self.confirm.session
 
     @property
     def seq(self) -> int:
-        return int(self.params["seq"])
+        assert self.confirm.seq is not None
+        return self.confirm.seq
 
     @property
     def positions(self) -> list[int]:
-        return [int(p[4]) for p in self.params["parts"]]
+        return [p.position for p in self.confirm.parts]
 
     def answer(self) -> None:
         self.answered.set()
@@ -82,7 +88,7 @@ class ScriptedMain:
             self.in_flight -= 1
         if call.error is not None:
             raise call.error
-        return {"parts": [[0, p[4], -1, 0, None] for p in params["parts"]]}
+        return {"parts": [[0, p, -1, 0, None] for p in call.positions]}
 
     async def wait_calls(self, n: int) -> list[Call]:
         with trio.fail_after(5):
@@ -410,7 +416,7 @@ async def test_api_versions_are_not_mixed_in_one_call(
     for call in main.calls[:3]:
         call.answer()
     calls = await main.wait_calls(5)
-    assert [(c.params["v"], c.positions) for c in calls[3:]] == [
+    assert [(c.confirm.produce_version, c.positions) for c in calls[3:]] == [
         (9, _positions_of(v9)),
         (7, _positions_of(v7) + _positions_of(v7b)),
     ]
@@ -434,8 +440,23 @@ async def test_one_partition_confirm_stays_small(piped: tuple[ConfirmPipe, Scrip
     call = (await main.wait_calls(1))[0]
     size = len(msgpack.packb(call.params, use_bin_type=True))
     assert size <= 200, size
-    typical = dict(call.params, seq=5, parts=[["orders", 3, "proxy-102", 4194304, 123456, 65536]])
-    assert len(msgpack.packb(typical, use_bin_type=True)) <= 100
+    typical = replace(
+        call.confirm,
+        seq=5,
+        parts=(
+            ConfirmPart(
+                "orders",
+                3,
+                "proxy-102",
+                4194304,
+                123456,
+                65536,
+                BatchSummary(65480, 0, 10, 1764201600000, 1764201600009, 4001, 0, 120),
+            ),
+        ),
+    )
+    typical_size = len(msgpack.packb(typical.to_wire(), use_bin_type=True))
+    assert typical_size <= 100, typical_size
     call.answer()
     await _done(request)
 
@@ -445,23 +466,27 @@ def test_the_limit_must_allow_a_call() -> None:
         ConfirmPipe(ScriptedMain(), main_id=1, timeout_s=1.0, max_in_flight=0)
 
 
-async def test_a_main_of_the_previous_release_gets_version_1_confirms(
+async def test_a_main_of_an_earlier_release_gets_the_version_it_reads(
     piped: tuple[ConfirmPipe, ScriptedMain],
 ) -> None:
-    """A rolling upgrade: a main that knows only version 1 refuses a version 2 confirm before
-    it decodes any part; the pipe answers those partitions with a retriable error and sends
-    version 1 confirms (no batch summaries) to that main from then on."""
+    """A rolling upgrade: a main of an earlier release refuses a newer confirm before it
+    decodes any part; the pipe answers those partitions with a retriable error and sends that
+    main one version lower from then on, down to version 1 (no batch summaries)."""
     pipe, main = piped
-    first = _request()
-    pipe.submit(first)
-    call = (await main.wait_calls(1))[0]
-    assert call.params["mv"] == 2 and len(call.params["parts"][0]) == 7
-    call.fail(RpcRemoteError("UnsupportedMessageVersion", "confirm version 2; this node knows 1"))
-    await _done(first)
-    assert first.results[0].error_code == ErrorCode.not_leader_or_follower
+    for n, version in enumerate(range(CONFIRM_VERSION, 1, -1)):
+        request = _request()
+        pipe.submit(request)
+        call = (await main.wait_calls(n + 1))[n]
+        assert call.params["mv"] == version
+        assert all(p.batch is not None for p in call.confirm.parts)
+        call.fail(
+            RpcRemoteError("UnsupportedMessageVersion", f"confirm version {version}; knows 1")
+        )
+        await _done(request)
+        assert request.results[0].error_code == ErrorCode.not_leader_or_follower
     retry = _request()
     pipe.submit(retry)
-    call = (await main.wait_calls(2))[1]
+    call = (await main.wait_calls(CONFIRM_VERSION))[-1]
     assert call.params["mv"] == 1 and len(call.params["parts"][0]) == 6
     call.answer()
     await _done(retry)
