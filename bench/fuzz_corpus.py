@@ -210,9 +210,15 @@ def rpc_messages() -> Iterable[tuple[str, dict[str, Any]]]:
         links={"w2": 40},
         txns=(sf.AbortedRow("topic-a", 0, ((5, 2, 4),)),),
     )
-    yield "state full", protocol.push_message(7, full.to_wire())
+    yield "state full", protocol.push_message(7, full.to_wire(1))
     delta = sf.StateFrame(wal_end=101, parts=(sf.PartitionRow("topic-a", 1, 1, 3, 3, 0, 3),))
-    yield "state delta", protocol.push_message(7, delta.to_wire())
+    yield "state delta", protocol.push_message(7, delta.to_wire(1))
+    yield "state full v2", protocol.push_message(7, full.to_wire(2))
+    txn_row = sf.PartitionRow("topic-a", 0, 1, 10, 8, 0, 12)
+    delta2 = sf.StateFrame(wal_end=102, parts=(*delta.parts, txn_row))
+    yield "state delta v2", protocol.push_message(7, delta2.to_wire(2))
+    subscription = sf.StateSubscription().to_wire()
+    yield "subscribe v2", protocol.ClientSession.subscription(9, "state", subscription)
     yield "subscribe", protocol.ClientSession.subscription(7, "state", {"node": 2})
     yield "cancel", protocol.ClientSession.cancel(7)
     yield "error", protocol.error_message(8, "UnknownMethod", "nope")

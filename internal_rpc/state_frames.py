@@ -35,15 +35,23 @@ from internal_rpc.messages import (
 
 __all__ = [
     "STATE_FRAME_VERSION",
+    "STATE_SUBSCRIPTION_VERSION",
     "STREAM_GONE",
     "ObjectRangeRow",
     "ObjectStreamRow",
     "PartitionRow",
     "StateFrame",
+    "StateSubscription",
     "TopicRow",
 ]
 
-STATE_FRAME_VERSION: Final = 1
+# 2: the keys of every delta are one letter (`we` for `wal_end`, `p` for `parts`), and a
+# partition row whose last stable offset and log end equal its high watermark (no open
+# transaction, nothing uncommitted) leaves them out. A delta crosses zones to every proxy on
+# every group commit. A proxy asks for it (`StateSubscription`); a main sends a subscriber that
+# did not ask version 1.
+STATE_FRAME_VERSION: Final = 2
+STATE_SUBSCRIPTION_VERSION: Final = 1
 STREAM_GONE: Final = -1  # an ObjectStreamRow's log start when the stream is gone
 
 
@@ -98,7 +106,9 @@ _PARTITION_FIELDS: Final = (
 
 
 class PartitionRow(NamedTuple):
-    """A partition whose state changed. Wire: the 7 fields, in this order, as an array."""
+    """A partition whose state changed. Wire: the 7 fields, in this order, as an array; from
+    frame version 2, `[topic, partition, leader epoch, high watermark, log start offset]` when
+    the last stable offset and the log end equal the high watermark."""
 
     topic: str
     partition: int
@@ -108,19 +118,42 @@ class PartitionRow(NamedTuple):
     log_start_offset: int
     log_end_offset: int
 
+    def to_wire(self, version: int = STATE_FRAME_VERSION) -> tuple[Any, ...]:
+        if version >= 2 and self.last_stable_offset == self.high_watermark == self.log_end_offset:
+            return (
+                self.topic,
+                self.partition,
+                self.leader_epoch,
+                self.high_watermark,
+                self.log_start_offset,
+            )
+        return self
+
     @classmethod
-    def from_wire(cls, row: object, what: str = "part") -> PartitionRow:
-        fields = _list(row, what, (7,))
+    def from_wire(
+        cls, row: object, what: str = "part", version: int = STATE_FRAME_VERSION
+    ) -> PartitionRow:
+        fields = _list(row, what, (5, 7) if version >= 2 else (7,))
+        if len(fields) == 5:
+            topic, partition, epoch, hw, log_start = fields
+            fields = [topic, partition, epoch, hw, hw, log_start, hw]
         _str(fields[0], f"{what}.topic")
         for value, name in zip(fields[1:], _PARTITION_FIELDS[1:], strict=True):
             _int(value, f"{what}.{name}")
         return tuple.__new__(cls, fields)
 
 
-def _partition_rows(rows: list[Any]) -> tuple[PartitionRow, ...]:
+def _partition_rows(rows: list[Any], version: int, what: str) -> tuple[PartitionRow, ...]:
     """The hot path of a delta: one identity test per field and no Python call per row (the
     rows are then made in C); a frame that fails them is read again row by row through
     `PartitionRow.from_wire`, which names the row and field at fault."""
+    if version >= 2:
+        rows = [
+            [row[0], row[1], row[2], row[3], row[3], row[4], row[3]]
+            if type(row) is list and len(row) == 5
+            else row
+            for row in rows
+        ]
     try:
         for t, p, e, hw, lso, ls, leo in rows:
             if not (
@@ -138,8 +171,8 @@ def _partition_rows(rows: list[Any]) -> tuple[PartitionRow, ...]:
     except (TypeError, ValueError):  # a row that is no array, or not of 7 elements
         pass
     for i, row in enumerate(rows):
-        PartitionRow.from_wire(row, f"state.parts[{i}]")
-    raise MalformedMessage("state.parts has a row that is not a partition row")
+        PartitionRow.from_wire(row, f"{what}[{i}]", version)
+    raise MalformedMessage(f"{what} has a row that is not a partition row")
 
 
 class ObjectRangeRow(NamedTuple):
@@ -260,10 +293,10 @@ class StateFrame:
     # Optional and last: a proxy of the previous release ignores it (mv stays 1).
     txns: tuple[AbortedRow, ...] = ()
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, version: int = STATE_FRAME_VERSION) -> dict[str, Any]:
         """Keys in this order; a delta leaves out `full`, `node`, `writer` and what is empty
         (it crosses zones on every group commit: only what a subscriber lacks)."""
-        msg: dict[str, Any] = {"mv": STATE_FRAME_VERSION}
+        msg: dict[str, Any] = {"mv": version}
         full = self.full
         if full:
             if self.node is None or self.writer is None:
@@ -271,13 +304,16 @@ class StateFrame:
             msg["full"] = True
             msg["node"] = self.node
             msg["writer"] = self.writer
-        msg["wal_end"] = self.wal_end
+        msg["we" if version >= 2 else "wal_end"] = self.wal_end
         if full or self.topics:
             msg["topics"] = {t.name: t.wire_entry() for t in self.topics}
         if full or self.deleted:
             msg["deleted"] = self.deleted
         if full or self.parts:
-            msg["parts"] = self.parts
+            if version >= 2:
+                msg["p"] = [row.to_wire(version) for row in self.parts]
+            else:
+                msg["parts"] = self.parts
         if full or self.objects:
             msg["objects"] = [row.to_wire() for row in self.objects]
         if self.links is not None:
@@ -289,13 +325,14 @@ class StateFrame:
     @classmethod
     def from_wire(cls, msg: object) -> StateFrame:
         frame = _map(msg, "state")
-        _version(frame, "state", STATE_FRAME_VERSION)
+        version = _version(frame, "state", STATE_FRAME_VERSION)
+        wal_end_key, parts_key = ("we", "p") if version >= 2 else ("wal_end", "parts")
         full = frame.get("full", False)
         if type(full) is not bool:
             raise MalformedMessage(f"state.full must be a boolean, not {type(full).__name__}")
-        if "wal_end" not in frame:
-            raise MalformedMessage("state.wal_end is missing")
-        wal_end = _int(frame["wal_end"], "state.wal_end")
+        if wal_end_key not in frame:
+            raise MalformedMessage(f"state.{wal_end_key} is missing")
+        wal_end = _int(frame[wal_end_key], f"state.{wal_end_key}")
         node = writer = None
         if full:
             for key in ("node", "writer", "topics"):
@@ -314,8 +351,9 @@ class StateFrame:
             names = _list(frame["deleted"], "state.deleted")
             deleted = tuple(_str(n, f"state.deleted[{i}]") for i, n in enumerate(names))
         parts: tuple[PartitionRow, ...] = ()
-        if "parts" in frame:
-            parts = _partition_rows(_list(frame["parts"], "state.parts"))
+        if parts_key in frame:
+            what = f"state.{parts_key}"
+            parts = _partition_rows(_list(frame[parts_key], what), version, what)
         objects: tuple[ObjectStreamRow, ...] = ()
         if "objects" in frame:
             rows = _list(frame["objects"], "state.objects")
@@ -333,3 +371,24 @@ class StateFrame:
             rows = _list(frame["txns"], "state.txns")
             txns = tuple(AbortedRow.from_wire(r, f"state.txns[{i}]") for i, r in enumerate(rows))
         return cls(wal_end, full, node, writer, topics, deleted, parts, objects, links, txns)
+
+
+@dataclass(frozen=True, slots=True)
+class StateSubscription:
+    """The params of a `state` subscription: the highest frame version the subscriber reads.
+    `{}` (what a proxy of an earlier release sends) asks for version 1; a main of an earlier
+    release ignores the params and sends version 1, which every proxy reads."""
+
+    frames: int = STATE_FRAME_VERSION
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mv": STATE_SUBSCRIPTION_VERSION, "frames": self.frames}
+
+    @classmethod
+    def from_wire(cls, msg: object) -> StateSubscription:
+        params = _map(msg, "state subscription")
+        _version(params, "state subscription", STATE_SUBSCRIPTION_VERSION)
+        frames = _int(params.get("frames", 1), "state subscription.frames")
+        if frames < 1:
+            raise MalformedMessage(f"state subscription.frames must be at least 1, not {frames}")
+        return cls(min(frames, STATE_FRAME_VERSION))

@@ -26,6 +26,7 @@ from internal_rpc.messages import (
     RelayResult,
     WriteTxnMarkers,
 )
+from internal_rpc.state_frames import StateSubscription
 from kafka_wire.codec import (
     KIO_VERSION_RANGES,
     MalformedRequest,
@@ -401,12 +402,13 @@ class MainBroker:
     async def _rpc_state(
         self, peer: RpcPeer, params: dict[str, Any], send: Callable[[Any], Awaitable[None]]
     ) -> None:
+        subscription = StateSubscription.from_wire(params)
         # A zone proxy is live for this main while it holds a state subscription.
         self._state_subscribers[peer.node_id] += 1
         self._proxies_subscribed.add(peer.node_id)
         self.zone_view.set_live_proxies(self._live_proxies())
         try:
-            await publish_state(self.store, self.config.node_id, send)
+            await publish_state(self.store, self.config.node_id, send, subscription.frames)
         finally:
             self._state_subscribers[peer.node_id] -= 1
             self.zone_view.set_live_proxies(self._live_proxies())

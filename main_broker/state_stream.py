@@ -20,7 +20,10 @@ docs/formats.md, "State stream". In short (msgpack):
      "links": {proxy WAL writer id: lowest PREPARED offset still linked, ...}}     # all, if changed
 
 A delta has only "mv", "wal_end", whichever of "topics", "deleted", "parts" and "objects" is not
-empty, and "links" when it changed.
+empty, and "links" when it changed. That is version 1; a subscriber that asks for version 2 (a
+zone proxy of this release) gets "we" for "wal_end", "p" for "parts", and 5-element rows
+[topic, partition, leader_epoch, high_watermark, log_start_offset] where the last stable offset
+and the log end equal the high watermark: the deltas cross zones on every group commit.
 
 "links" is the links floor (main_broker/links_floor.py): per proxy writer, the logical WAL
 offset (segment + position) of the lowest PREPARED record a LINK of this main points to that no
@@ -191,7 +194,9 @@ async def publish_state(
     store: LogStore,
     node_id: int,
     send: Callable[[Any], Awaitable[None]],
+    version: int = 1,
 ) -> None:
+    """Streams `store`'s state to one subscriber in frames of `version` (what it asked for)."""
     watcher = store.watch()
     try:
         everything = [p for t in store.topics.values() for p in t.partitions]
@@ -207,7 +212,7 @@ async def publish_state(
             True,
             with_aborted,
         )
-        await send(frame.to_wire())
+        await send(frame.to_wire(version))
         watcher.frame_sent(manifest)
         last_wal_end = store.wal.end_offset
         last_sent = float("-inf")
@@ -235,7 +240,7 @@ async def publish_state(
             frame = _frame(store, node_id, False, topics, partitions, objects, links, aborted)
             last_wal_end = frame.wal_end
             last_sent = trio.current_time()
-            await send(frame.to_wire())
+            await send(frame.to_wire(version))
             watcher.frame_sent(manifest)
     finally:
         store.unwatch(watcher)

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcClient, RpcError
 from internal_rpc.messages import MalformedMessage
-from internal_rpc.state_frames import ObjectStreamRow, PartitionRow, StateFrame
+from internal_rpc.state_frames import ObjectStreamRow, PartitionRow, StateFrame, StateSubscription
 from kafka_wire.record_batch import assign_offsets, parse_batch_header, stamp_log_append_time
 from proxy_broker.config import MainEndpoint
 from proxy_broker.object_reads import ObjectSpan, ProxyObjects
@@ -258,7 +258,7 @@ class MainMirror:
         backoff = RESUBSCRIBE_BACKOFF_S[0]
         while True:
             try:
-                async with self.rpc.subscribe("state", {}) as frames:
+                async with self.rpc.subscribe("state", StateSubscription().to_wire()) as frames:
                     async for msg in frames:
                         self.apply_frame(msg)
                         self._set_connected(True)

@@ -21,6 +21,7 @@ from internal_rpc.state_frames import (
     ObjectStreamRow,
     PartitionRow,
     StateFrame,
+    StateSubscription,
     TopicRow,
 )
 from proxy_broker import mirror as mirror_module
@@ -105,6 +106,19 @@ DELTA_GOLDEN = (
     "97a66f7264657273010007070007"  # ["orders", 1, 0, 7, 7, 0, 7]
 )
 
+# The same delta in version 2 (what a proxy of this release subscribes to): one-letter keys, and
+# rows whose last stable offset and log end equal the high watermark leave them out.
+DELTA_V2_GOLDEN = (
+    "83"  # fixmap(3)
+    "a26d76"
+    "02"  # "mv": 2
+    "a27765"
+    "cd2000"  # "we": 8192
+    "a17092"  # "p": [2 rows]
+    "95a66f72646572730000cc8200"  # ["orders", 0, 0, 130, 0]
+    "95a66f726465727301000700"  # ["orders", 1, 0, 7, 0]
+)
+
 
 def _pack(msg: Any) -> bytes:
     return bytes(msgpack.packb(msg, use_bin_type=True))
@@ -116,21 +130,67 @@ def _unpack(data: bytes) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("frame", "golden", "size"), [(FULL, FULL_GOLDEN, 243), (DELTA, DELTA_GOLDEN, 54)]
+    ("frame", "version", "golden", "size"),
+    [(FULL, 1, FULL_GOLDEN, 243), (DELTA, 1, DELTA_GOLDEN, 54), (DELTA, 2, DELTA_V2_GOLDEN, 39)],
 )
-def test_golden_frames(frame: StateFrame, golden: str, size: int) -> None:
-    data = _pack(frame.to_wire())
+def test_golden_frames(frame: StateFrame, version: int, golden: str, size: int) -> None:
+    data = _pack(frame.to_wire(version))
     assert data.hex() == golden
     assert len(data) == size
     assert StateFrame.from_wire(_unpack(bytes.fromhex(golden))) == frame
 
 
 def test_a_delta_that_only_moves_the_wal_end() -> None:
-    data = _pack(StateFrame(wal_end=100).to_wire())
+    data = _pack(StateFrame(wal_end=100).to_wire(1))
     # {"mv": 1, "wal_end": 100}: 4 bytes more than the previous release's delta.
     assert data.hex() == "82a26d7601a777616c5f656e6464"
-    links = StateFrame(wal_end=100, links={}).to_wire()
+    assert _pack(StateFrame(wal_end=100).to_wire(2)).hex() == "82a26d7602a2776564"
+    links = StateFrame(wal_end=100, links={}).to_wire(1)
     assert links == {"mv": 1, "wal_end": 100, "links": {}}  # an empty floor still goes out
+
+
+def test_every_frame_survives_version_2() -> None:
+    """Rows with an open transaction or uncommitted records keep all seven fields."""
+    open_txn = PartitionRow("orders", 2, 3, 50, 40, 10, 55)
+    frame = StateFrame(wal_end=9, parts=(*DELTA.parts, open_txn))
+    wire = frame.to_wire(2)
+    assert [len(row) for row in wire["p"]] == [5, 5, 7]
+    for version in (1, 2):
+        assert StateFrame.from_wire(_unpack(_pack(frame.to_wire(version)))) == frame
+        assert StateFrame.from_wire(_unpack(_pack(FULL.to_wire(version)))) == FULL
+
+
+@pytest.mark.parametrize(
+    ("params", "frames"),
+    [({}, 1), ({"mv": 1, "frames": 1}, 1), ({"mv": 1, "frames": 2}, 2), ({"frames": 9}, 2)],
+)
+def test_a_subscriber_gets_the_frames_it_asked_for(params: dict[str, Any], frames: int) -> None:
+    """`{}` is what a proxy of an earlier release sends; a later proxy gets this main's newest."""
+    assert StateSubscription.from_wire(params).frames == frames
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"frames": 0}, "at least 1"),
+        ({"frames": "2"}, r"state subscription\.frames must be an integer"),
+        ({"mv": 2, "frames": 2}, "state subscription version 2"),
+        ([], "must be a map"),
+    ],
+)
+def test_a_malformed_subscription_is_refused(params: Any, match: str) -> None:
+    with pytest.raises(MalformedMessage, match=match):
+        StateSubscription.from_wire(params)
+
+
+def test_version_2_rows_are_checked_by_name() -> None:
+    bad = {"mv": 2, "we": 1, "p": [["orders", 0, 0, "130", 0]]}
+    with pytest.raises(MalformedMessage, match=r"state\.p\[0\]\.high_watermark"):
+        StateFrame.from_wire(bad)
+    with pytest.raises(MalformedMessage, match=r"state\.p\[0\] must have 5 or 7"):
+        StateFrame.from_wire({"mv": 2, "we": 1, "p": [["orders", 0, 0, 1, 0, 0]]})
+    with pytest.raises(MalformedMessage, match=r"state\.we is missing"):
+        StateFrame.from_wire({"mv": 2, "wal_end": 1})
 
 
 def test_previous_release_frames_still_decode() -> None:
@@ -244,8 +304,8 @@ def test_malformed_frames_name_the_field(msg: Any, field: str) -> None:
 
 
 def test_a_later_version_is_refused() -> None:
-    with pytest.raises(UnsupportedMessageVersion, match="state version 2"):
-        StateFrame.from_wire(_set(("mv",), 2))
+    with pytest.raises(UnsupportedMessageVersion, match="state version 3"):
+        StateFrame.from_wire(_set(("mv",), 3))
 
 
 def test_a_full_frame_without_its_node_cannot_be_sent() -> None:
@@ -265,7 +325,7 @@ class FakeRpc:
 
     @asynccontextmanager
     async def subscribe(self, stream: str, params: dict[str, Any]) -> AsyncIterator[Any]:
-        assert stream == "state" and params == {}
+        assert stream == "state" and StateSubscription.from_wire(params).frames == 2
         pushes = self.streams[self.subscriptions]
         self.subscriptions += 1
 
@@ -332,3 +392,5 @@ def test_the_golden_frames_in_the_docs() -> None:
     assert "".join(block.split()) == FULL_GOLDEN
     delta = section[section.index("(54 bytes):") :].split("`")[1]
     assert "".join(delta.split()) == DELTA_GOLDEN
+    delta_v2 = section[section.index("(39 bytes):") :].split("`")[1]
+    assert "".join(delta_v2.split()) == DELTA_V2_GOLDEN

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import msgpack
+import pytest
 import trio
 import trio.testing
 
@@ -224,3 +225,26 @@ def test_rows_that_would_overlap_are_refused() -> None:
         assert "overlaps" in str(exc)
     else:
         raise AssertionError("overlapping rows were applied")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_frames_go_out_in_the_version_the_subscriber_asked_for(version: int) -> None:
+    store = FakeStore()
+    sent: list[dict[str, Any]] = []
+
+    async def send(frame: dict[str, Any]) -> None:
+        sent.append(_wire(frame))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(publish_state, store, 1, send, version)  # type: ignore[arg-type]
+        await trio.testing.wait_all_tasks_blocked()
+        store.commit(100)
+        with trio.fail_after(5):
+            while len(sent) < 2:
+                await trio.testing.wait_all_tasks_blocked()
+                await trio.sleep(0)
+        nursery.cancel_scope.cancel()
+    key = "we" if version == 2 else "wal_end"
+    assert [frame["mv"] for frame in sent] == [version, version]
+    assert sent[1] == {"mv": version, key: 100}
+    assert [StateFrame.from_wire(frame).wal_end for frame in sent] == [0, 100]

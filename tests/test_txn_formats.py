@@ -381,7 +381,7 @@ TXNS_FRAME_GOLDEN = (
 
 
 def test_golden_state_frame_txns() -> None:
-    packed = msgpack.packb(TXNS_FRAME.to_wire(), use_bin_type=True)
+    packed = msgpack.packb(TXNS_FRAME.to_wire(1), use_bin_type=True)
     assert (len(packed), packed.hex()) == (54, TXNS_FRAME_GOLDEN)
     assert StateFrame.from_wire(msgpack.unpackb(packed, raw=False)) == TXNS_FRAME
     # No rows, no key: a frame of a main without transactions is as before.
