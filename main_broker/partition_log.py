@@ -258,11 +258,18 @@ class PartitionLog:
         base, last = header["b"], header["l"]
         if base < self.next_offset:
             return  # already covered by the snapshot this replay started from
-        if not self.entries and base > self.log_start_offset:
+        first = not self.entries
+        if first and base > self.log_start_offset:
             self.log_start_offset = base
         size = len(payload) if payload is not None else header["sz"]
         entry = BatchEntry(base, last, header["ts"], size, payload, position, link)
         self.index.add(entry)
+        if first and self.objects is not None:
+            # Objects may hold what lies below the first batch (a takeover's tail starts
+            # where the adopted objects end): the log starts where they do, not here. Left
+            # at the batch, a consumer reading from the earliest offset skipped the objects'
+            # offsets until the next upload adopted them again.
+            self._object_log_start()
         self.high_watermark = self.next_offset
         pid = header.get("pid", -1)
         marker = header.get("cm")

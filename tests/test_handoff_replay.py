@@ -10,10 +10,15 @@ from typing import Any
 
 import trio
 
+from kafka_wire.record_batch import build_batch
 from main_broker.cluster.handoff import _scan_start, _TailRequest
 from main_broker.cluster.reassignment import Move, TailCollector, takeover_header
+from main_broker.partition_log import PartitionLog
 from main_broker.producer_state import Verdict
-from shared_wal import WalConfig, WalReader, open_wal_fs, storage
+from main_broker.topic_config import EffectiveTopicConfig
+from s3_commit.manifest import ObjectRange, StreamManifest
+from shared_wal import WalConfig, WalPosition, WalReader, open_wal_fs, storage
+from shared_wal.batch_index import ObjectSpan
 from tests.test_log_store import _open, _produce, _values
 
 TOPIC_ID = bytes(range(16))
@@ -153,3 +158,32 @@ async def test_a_takeover_scan_starts_at_the_newest_snapshot_below_its_start(
     late = _TailRequest(move, TOPIC_ID, 81, None)
     early = _TailRequest(Move("t", 1, 1, 2, 1), TOPIC_ID, 2, None)
     assert _scan_start(reader, segments, [late, early]) < _scan_start(reader, segments, [late])
+
+
+def test_a_takeover_below_adopted_objects_keeps_their_log_start(tmp_path: Path) -> None:
+    """The adopted objects hold [0, 6) and the taken-over tail starts at 6: the log starts at
+    0 from the takeover on, and a fetch from 0 reads the objects. (The first replayed batch
+    used to move the log start to 6 until the next upload adopted the objects again: a
+    consumer starting in between from the earliest offset skipped 0..5.)"""
+    objects = StreamManifest("t", (ObjectRange(0, 6, "data/sso/" + "0" * 32, 500),))
+    plog = PartitionLog("t", 0, TOPIC_ID, EffectiveTopicConfig.from_explicit({}, {}))
+    plog.reset_for_takeover(6, 1, [])
+    plog.adopt_objects(objects)  # LogStore.apply_takeover: reset, then adopt
+    assert plog.log_start_offset == 0
+    for n, base in enumerate((6, 9)):
+        payload = build_batch([(None, b"v")] * 3, base_offset=base, timestamp_ms=1000)
+        header = {"b": base, "l": base + 2, "ts": 1000, "pid": -1}
+        plog.replay_batch(header, memoryview(payload), WalPosition("main-2", 0, n * 100, 100))
+        assert plog.log_start_offset == 0
+    assert (plog.next_offset, plog.high_watermark) == (12, 12)
+    error, entries = plog.fetch_slice(0, 1 << 20, plog.high_watermark, True)
+    assert error == 0 and isinstance(entries[0], ObjectSpan)
+    assert (entries[0].base_offset, entries[0].end) == (0, 6)
+    # Without objects below (a gap), the log does start at the tail.
+    bare = PartitionLog("t", 0, TOPIC_ID, EffectiveTopicConfig.from_explicit({}, {}))
+    bare.reset_for_takeover(6, 1, [])
+    bare.adopt_objects(StreamManifest("t", (ObjectRange(0, 4, "data/sso/" + "1" * 32, 500),)))
+    payload = build_batch([(None, b"v")] * 3, base_offset=6, timestamp_ms=1000)
+    header = {"b": 6, "l": 8, "ts": 1000, "pid": -1}
+    bare.replay_batch(header, memoryview(payload), WalPosition("main-2", 0, 0, 100))
+    assert bare.log_start_offset == 6
