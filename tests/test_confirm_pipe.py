@@ -14,7 +14,7 @@ import trio.testing
 from kio.schema.errors import ErrorCode
 
 from internal_rpc import RpcError, RpcRemoteError, RpcTimeout, RpcUnavailable
-from internal_rpc.messages import CONFIRM_VERSION, BatchSummary, ConfirmParams, ConfirmPart
+from internal_rpc.messages import CONFIRM_VERSION, BatchSummary, ConfirmParams
 from proxy_broker.confirm_pipe import (
     SESSION_IDLE_RESET_S,
     ConfirmPipe,
@@ -22,6 +22,7 @@ from proxy_broker.confirm_pipe import (
     PreparedPart,
 )
 from shared_wal import AppendTicket, WalError, WalPosition
+from tests.test_rpc_messages import PARAMS_V2
 
 _positions = itertools.count(1000, 100)
 
@@ -440,21 +441,7 @@ async def test_one_partition_confirm_stays_small(piped: tuple[ConfirmPipe, Scrip
     call = (await main.wait_calls(1))[0]
     size = len(msgpack.packb(call.params, use_bin_type=True))
     assert size <= 200, size
-    typical = replace(
-        call.confirm,
-        seq=5,
-        parts=(
-            ConfirmPart(
-                "orders",
-                3,
-                "proxy-102",
-                4194304,
-                123456,
-                65536,
-                BatchSummary(65480, 0, 10, 1764201600000, 1764201600009, 4001, 0, 120),
-            ),
-        ),
-    )
+    typical = replace(call.confirm, seq=5, parts=PARAMS_V2.parts)
     typical_size = len(msgpack.packb(typical.to_wire(), use_bin_type=True))
     assert typical_size <= 100, typical_size
     call.answer()
