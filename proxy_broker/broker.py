@@ -227,12 +227,10 @@ class ProxyBroker:
                 await self.traffic.aclose()
 
     def _confirm_outcome(self, part: PreparedPart, doubt: bool) -> None:
-        b = part.batch
-        key = (part.topic, part.partition, b.producer_id, b.producer_epoch, b.base_sequence)
         if doubt:
-            self.sequence_guard.in_doubt(*key, trio.current_time())
+            self.sequence_guard.in_doubt(part.batch_ref(), trio.current_time())
         else:
-            self.sequence_guard.settled(*key)
+            self.sequence_guard.settled(part.batch_ref())
 
     def _mains_changed(self) -> None:
         # Only once synced: a main not heard from yet at start is not down.

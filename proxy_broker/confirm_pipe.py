@@ -37,7 +37,7 @@ from internal_rpc.messages import (
     MalformedMessage,
     PartitionOutcome,
 )
-from proxy_broker.sequence_guard import RESENT
+from proxy_broker.sequence_guard import RESENT, BatchRef
 from shared_wal import AppendTicket, WalError, WalPosition
 
 log = logging.getLogger("zonefleet.proxy.confirm")
@@ -74,6 +74,12 @@ class PreparedPart:
     position: WalPosition | None = None
     ticket: AppendTicket | None = None
     payload: memoryview | None = None  # the bytes, for this proxy's own reads once durable
+
+    def batch_ref(self) -> BatchRef:
+        b = self.batch
+        return BatchRef(
+            self.topic, self.partition, b.producer_id, b.producer_epoch, b.base_sequence
+        )
 
 
 @dataclass

@@ -27,7 +27,7 @@ from kafka_wire.record_batch import InvalidBatch, validate_produce_records
 from kafka_wire.server_loop import Buffer, decode_produce_or_close
 from kafka_wire.topic_bytes import TopicFinish
 from proxy_broker.confirm_pipe import ConfirmRequest, PreparedPart
-from proxy_broker.sequence_guard import RESENT
+from proxy_broker.sequence_guard import RESENT, BatchRef
 from shared_wal import RecordType
 
 if TYPE_CHECKING:
@@ -103,26 +103,20 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 if share is not None
                 else ConfirmRequest(header.api_version, req.timeout_ms, [])
             )
-            held = proxy.sequence_guard.admit(
+            ref = BatchRef(
                 topic.name,
                 part.index,
                 batch.producer_id,
                 batch.producer_epoch,
                 batch.base_sequence,
-                owner,
-                trio.current_time(),
-                request.done.is_set,
             )
+            held = proxy.sequence_guard.admit(ref, owner, trio.current_time(), request.done.is_set)
             if held is not None:
                 proxy.held_log.warn(
                     f"{topic.name}-{part.index}",
                     "sequence_held",
                     "held back %s-%d, producer %d epoch %d sequence %d, for main %d: %s",
-                    topic.name,
-                    part.index,
-                    batch.producer_id,
-                    batch.producer_epoch,
-                    batch.base_sequence,
+                    *ref,
                     owner,
                     held,
                 )
@@ -165,7 +159,7 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
                 share.request.fail(ErrorCode.request_timed_out, "answered before its confirm")
             for part, result in zip(share.request.parts, share.results, strict=True):
                 if result.error_code in RESENT:
-                    proxy.sequence_guard.in_doubt(*_sequence_key(part), now)
+                    proxy.sequence_guard.in_doubt(part.batch_ref(), now)
         if req.acks == 0:
             return None
         # Failures the main answered, or a main this proxy cannot reach: KIP-951 hints in
@@ -194,17 +188,6 @@ async def _wait_confirmed(proxy: ProxyBroker, owner: int, share: _Share) -> None
             await done.wait()
         if not done.is_set() and _all_moved(proxy, owner, share):
             return
-
-
-def _sequence_key(part: PreparedPart) -> tuple[str, int, int, int, int]:
-    batch = part.batch
-    return (
-        part.topic,
-        part.partition,
-        batch.producer_id,
-        batch.producer_epoch,
-        batch.base_sequence,
-    )
 
 
 def _all_moved(proxy: ProxyBroker, owner: int, share: _Share) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -37,6 +38,16 @@ RESENT = frozenset({ErrorCode.request_timed_out, ErrorCode.not_leader_or_followe
 MAX_PRODUCERS = 100_000  # (partition, producer) entries kept; the oldest go first
 
 Key = tuple[str, int, int]  # topic, partition, producer id
+
+
+class BatchRef(NamedTuple):
+    """One producer batch of one partition, as the guard tells batches apart."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    epoch: int
+    base_sequence: int
 
 
 @dataclass(slots=True)
@@ -66,19 +77,12 @@ class SequenceGuard:
         self.refused = 0
 
     def admit(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        epoch: int,
-        base_sequence: int,
-        owner: int,
-        now: float,
-        done: Callable[[], bool],
+        self, batch: BatchRef, owner: int, now: float, done: Callable[[], bool]
     ) -> str | None:
         """None when this batch may be prepared and confirmed with `owner`; otherwise why
         not (answer it REQUEST_TIMED_OUT now). `done` tells later whether its confirm was
         answered."""
+        topic, partition, producer_id, epoch, base_sequence = batch
         if producer_id < 0:
             return None
         key = (topic, partition, producer_id)
@@ -127,37 +131,25 @@ class SequenceGuard:
         state.doubt_at = now
         return f"{why}: the client retries from it"
 
-    def in_doubt(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        epoch: int,
-        base_sequence: int,
-        now: float,
-    ) -> None:
+    def in_doubt(self, batch: BatchRef, now: float) -> None:
         """The batch was answered with one of RESENT, or its confirm may not be applied in
         order: later ones wait for its retry."""
-        state = self._state(topic, partition, producer_id, epoch)
+        state = self._state(batch)
         if state is not None:
-            state.doubts.add(base_sequence)
+            state.doubts.add(batch.base_sequence)
             state.doubt_at = now
 
-    def settled(
-        self, topic: str, partition: int, producer_id: int, epoch: int, base_sequence: int
-    ) -> None:
+    def settled(self, batch: BatchRef) -> None:
         """The batch was confirmed (written, or refused for good): no longer in doubt."""
-        state = self._state(topic, partition, producer_id, epoch)
+        state = self._state(batch)
         if state is not None:
-            state.doubts.discard(base_sequence)
+            state.doubts.discard(batch.base_sequence)
 
-    def _state(
-        self, topic: str, partition: int, producer_id: int, epoch: int
-    ) -> _ProducerState | None:
-        if producer_id < 0:
+    def _state(self, batch: BatchRef) -> _ProducerState | None:
+        if batch.producer_id < 0:
             return None
-        state = self._states.get((topic, partition, producer_id))
-        return state if state is not None and state.epoch == epoch else None
+        state = self._states.get((batch.topic, batch.partition, batch.producer_id))
+        return state if state is not None and state.epoch == batch.epoch else None
 
     def _put(self, key: Key, state: _ProducerState) -> None:
         self._states.pop(key, None)

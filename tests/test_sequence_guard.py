@@ -5,7 +5,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka bumped its epoch and sent the writt
 
 from __future__ import annotations
 
-from proxy_broker.sequence_guard import SequenceGuard
+from proxy_broker.sequence_guard import BatchRef, SequenceGuard
 
 
 class _Req:
@@ -26,7 +26,7 @@ def _admit(
     now: float = 0.0,
     pid: int = 7,
 ) -> bool:
-    return guard.admit("t", 0, pid, epoch, seq, owner, now, req.done) is None
+    return guard.admit(BatchRef("t", 0, pid, epoch, seq), owner, now, req.done) is None
 
 
 def test_a_batch_may_not_overtake_earlier_ones_waiting_on_the_previous_owner() -> None:
@@ -38,8 +38,8 @@ def test_a_batch_may_not_overtake_earlier_ones_waiting_on_the_previous_owner() -
     assert guard.refused == 1
     # 55 and 56 are answered "possibly written" (moved): 58 is refused too...
     r55.answered = r56.answered = True
-    guard.in_doubt("t", 0, 7, 0, 56, 0.1)
-    guard.in_doubt("t", 0, 7, 0, 55, 0.1)
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 56), 0.1)
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 55), 0.1)
     assert not _admit(guard, 58, 1, _Req())
     # ...until the client retries from the first batch in doubt, in order.
     assert _admit(guard, 55, 1, _Req()) and _admit(guard, 56, 1, _Req())
@@ -59,7 +59,7 @@ def test_pipelined_batches_to_one_owner_pass_and_a_doubt_refuses_later_ones() ->
     guard = SequenceGuard()
     reqs = [_Req() for _ in range(5)]
     assert all(_admit(guard, s, 2, r) for s, r in enumerate(reqs))
-    guard.in_doubt("t", 0, 7, 0, 3, 1.0)
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 3), 1.0)
     assert not _admit(guard, 5, 2, _Req(), now=1.0)
     assert _admit(guard, 3, 2, _Req(), now=1.1)  # the retry lifts it
     assert _admit(guard, 5, 2, _Req(), now=1.2)
@@ -68,15 +68,15 @@ def test_pipelined_batches_to_one_owner_pass_and_a_doubt_refuses_later_ones() ->
 def test_a_new_epoch_an_expired_doubt_and_other_producers_are_not_held() -> None:
     guard = SequenceGuard(expires_s=30.0)
     assert _admit(guard, 0, 2, _Req())
-    guard.in_doubt("t", 0, 7, 0, 0, 0.0)
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 0), 0.0)
     assert not _admit(guard, 1, 2, _Req(), now=1.0)
     assert _admit(guard, 9, 2, _Req(), pid=8)  # another producer
-    assert guard.admit("t", 1, 7, 0, 9, 2, 1.0, _Req().done) is None  # another partition
-    assert guard.admit("t", 0, -1, -1, -1, 1, 1.0, _Req().done) is None  # not idempotent
+    assert guard.admit(BatchRef("t", 1, 7, 0, 9), 2, 1.0, _Req().done) is None  # another partition
+    assert guard.admit(BatchRef("t", 0, -1, -1, -1), 1, 1.0, _Req().done) is None  # not idempotent
     assert _admit(guard, 1, 2, _Req(), now=31.0)  # the client gave it up: the main decides
-    guard.in_doubt("t", 0, 7, 0, 1, 31.0)
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 1), 31.0)
     assert _admit(guard, 0, 2, _Req(), epoch=1, now=32.0)  # a bumped epoch starts afresh
-    guard.in_doubt("t", 0, 7, 0, 0, 32.0)  # a doubt of the old epoch is ignored
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 0), 32.0)  # a doubt of the old epoch is ignored
     assert _admit(guard, 1, 2, _Req(), epoch=1, now=32.0)
 
 
@@ -93,11 +93,11 @@ def test_a_batch_in_doubt_that_is_confirmed_after_all_holds_nothing_back() -> No
     guard = SequenceGuard()
     for seq in (4, 5):
         assert _admit(guard, seq, 2, _Req())
-    guard.in_doubt("t", 0, 7, 0, 5, 1.0)
-    guard.in_doubt("t", 0, 7, 0, 4, 1.0)
-    guard.settled("t", 0, 7, 0, 4)  # written after all
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 5), 1.0)
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 4), 1.0)
+    guard.settled(BatchRef("t", 0, 7, 0, 4))  # written after all
     assert not _admit(guard, 6, 2, _Req(), now=1.1)  # 5 is still in doubt
-    guard.settled("t", 0, 7, 0, 5)
+    guard.settled(BatchRef("t", 0, 7, 0, 5))
     assert _admit(guard, 6, 2, _Req(), now=1.2)
 
 
@@ -109,7 +109,7 @@ def test_a_client_that_moved_past_the_doubt_is_held_back_once() -> None:
     a later batch overtake a held one and the main answered OUT_OF_ORDER_SEQUENCE_NUMBER)."""
     guard = SequenceGuard()
     assert _admit(guard, 49, 1, _Req(answered=True))
-    guard.in_doubt("t", 0, 7, 0, 49, 0.0)
+    guard.in_doubt(BatchRef("t", 0, 7, 0, 49), 0.0)
     assert not _admit(guard, 429, 1, _Req(), now=1.0)
     assert not _admit(guard, 430, 1, _Req(), now=1.0)  # sent before it heard, too
     assert _admit(guard, 429, 1, _Req(), now=1.1)  # the resend from its first unacknowledged
