@@ -1,5 +1,6 @@
-"""SCRAM derivation (RFC 5802 / RFC 7677 test vectors) and AlterUserScramCredentials' and
-DescribeUserScramCredentials' rules as Kafka 4.x applies them (main_broker/security/scram.py)."""
+"""SCRAM derivation (RFC 5802 / RFC 7677 test vectors, kafka_wire/sasl/scram.py) and
+AlterUserScramCredentials' and DescribeUserScramCredentials' rules as Kafka 4.x applies them
+(main_broker/security/scram.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,15 @@ import hmac
 
 from kio.schema.errors import ErrorCode
 
+from kafka_wire.sasl.scram import client_key, salted_password, server_key, stored_key
 from main_broker.security.scram import (
     AlterResult,
     Deletion,
     ScramCredential,
     Upsertion,
     alter_credentials,
-    client_key,
     derive_credential,
     describe_credentials,
-    salted_password,
-    server_key,
-    stored_key,
 )
 
 SHA256, SHA512 = 1, 2

@@ -4,17 +4,26 @@ Pure functions, no I/O. The client never sends a password: an upsertion carries 
 iteration count and SaltedPassword = Hi(password, salt, i) (RFC 5802, PBKDF2 with the
 mechanism's HMAC). The broker keeps what a SCRAM server needs and nothing a client could log
 in with: the salt, the iterations, StoredKey = H(HMAC(SaltedPassword, "Client Key")) and
-ServerKey = HMAC(SaltedPassword, "Server Key"), as Kafka's ScramControlManager does.
+ServerKey = HMAC(SaltedPassword, "Server Key"), as Kafka's ScramControlManager does. The
+derivation, `ScramCredential` and the mechanism table live in `kafka_wire.sasl.scram`, next to
+the SCRAM server that reads these credentials.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
+
+from kafka_wire.sasl.scram import (
+    MAX_ITERATIONS,
+    MECHANISMS,
+    MIN_ITERATIONS,
+    ScramCredential,
+    server_key,
+    stored_key,
+)
 
 __all__ = [
     "MAX_ITERATIONS",
@@ -25,50 +34,13 @@ __all__ = [
     "ScramCredential",
     "Upsertion",
     "alter_credentials",
-    "client_key",
     "derive_credential",
     "describe_credentials",
-    "salted_password",
-    "server_key",
-    "stored_key",
 ]
-
-# Wire type -> (mechanism name, hashlib name) (org.apache.kafka.clients.admin.ScramMechanism).
-MECHANISMS: dict[int, tuple[str, str]] = {
-    1: ("SCRAM-SHA-256", "sha256"),
-    2: ("SCRAM-SHA-512", "sha512"),
-}
-MIN_ITERATIONS = 4096  # ScramMechanism.minIterations, both mechanisms
-MAX_ITERATIONS = 16384  # ScramControlManager.MAX_ITERATIONS
 
 _UNKNOWN_SERVER_ERROR = "The server experienced an unexpected error when processing the request."
 _TWICE = "A user credential cannot be altered twice in the same request"
 _DESCRIBE_TWICE = "Cannot describe SCRAM credentials for the same user twice in a single request: "
-
-
-def salted_password(password: bytes, salt: bytes, iterations: int, digest: str) -> bytes:
-    """Hi(password, salt, i): what a client computes and sends in an upsertion."""
-    return hashlib.pbkdf2_hmac(digest, password, salt, iterations)
-
-
-def client_key(salted: bytes, digest: str) -> bytes:
-    return hmac.digest(salted, b"Client Key", digest)
-
-
-def stored_key(salted: bytes, digest: str) -> bytes:
-    return hashlib.new(digest, client_key(salted, digest)).digest()
-
-
-def server_key(salted: bytes, digest: str) -> bytes:
-    return hmac.digest(salted, b"Server Key", digest)
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredential:
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-    iterations: int
 
 
 def derive_credential(
