@@ -133,14 +133,19 @@ class PartitionRow(NamedTuple):
     def from_wire(
         cls, row: object, what: str = "part", version: int = STATE_FRAME_VERSION
     ) -> PartitionRow:
-        fields = _list(row, what, (5, 7) if version >= 2 else (7,))
-        if len(fields) == 5:
-            topic, partition, epoch, hw, log_start = fields
-            fields = [topic, partition, epoch, hw, hw, log_start, hw]
+        fields = _widened(_list(row, what, (5, 7) if version >= 2 else (7,)))
         _str(fields[0], f"{what}.topic")
         for value, name in zip(fields[1:], _PARTITION_FIELDS[1:], strict=True):
             _int(value, f"{what}.{name}")
         return tuple.__new__(cls, fields)
+
+
+def _widened(row: Any) -> Any:
+    """A version 2 short row `[topic, partition, epoch, hw, log start]` as the 7 fields (the
+    last stable offset and log end are the high watermark); any other value as it is."""
+    if type(row) is list and len(row) == 5:
+        return [row[0], row[1], row[2], row[3], row[3], row[4], row[3]]
+    return row
 
 
 def _partition_rows(rows: list[Any], version: int, what: str) -> tuple[PartitionRow, ...]:
@@ -148,12 +153,7 @@ def _partition_rows(rows: list[Any], version: int, what: str) -> tuple[Partition
     rows are then made in C); a frame that fails them is read again row by row through
     `PartitionRow.from_wire`, which names the row and field at fault."""
     if version >= 2:
-        rows = [
-            [row[0], row[1], row[2], row[3], row[3], row[4], row[3]]
-            if type(row) is list and len(row) == 5
-            else row
-            for row in rows
-        ]
+        rows = [_widened(row) for row in rows]
     try:
         for t, p, e, hw, lso, ls, leo in rows:
             if not (

@@ -103,14 +103,13 @@ class ClientQuotaManager:
         """Records what a request used (module docstring) at `now` (seconds) and returns the
         milliseconds to throttle the client, 0 if it is within its quota. A REQUEST throttle
         is at most one window, as in Kafka; byte-rate throttles are not capped."""
-        if quota_type not in self._enabled:
+        recorded = self._record(quota_type, user, client_id, value, now)
+        if recorded is None:
             return 0
-        resolved = self.quota(quota_type, user, client_id)
-        rate = self._rate(quota_type, resolved.sensor)
-        rate.record(self._amount(quota_type, value), now)
-        if resolved.value is None:
+        rate, quota = recorded
+        if quota is None:
             return 0
-        throttle_ms = rate.throttle_ms(resolved.value, now)
+        throttle_ms = rate.throttle_ms(quota, now)
         if quota_type is QuotaType.REQUEST:
             return min(throttle_ms, self.window.size_ms)
         return throttle_ms
@@ -125,9 +124,7 @@ class ClientQuotaManager:
     ) -> None:
         """Records without a check (Kafka's recordNoThrottle: a request's network-thread time,
         known only once the response is sent); the client's next request pays for it."""
-        if quota_type in self._enabled:
-            resolved = self.quota(quota_type, user, client_id)
-            self._rate(quota_type, resolved.sensor).record(self._amount(quota_type, value), now)
+        self._record(quota_type, user, client_id, value, now)
 
     def unrecord(
         self,
@@ -167,6 +164,23 @@ class ClientQuotaManager:
         a REQUEST rate is a percentage."""
         rate = self._sensors.get((quota_type, sensor))
         return None if rate is None else rate.measure(now)
+
+    def _record(
+        self,
+        quota_type: QuotaType,
+        user: str | None,
+        client_id: str | None,
+        value: float,
+        now: float,
+    ) -> tuple[Rate, float | None] | None:
+        """Records into the client's rate; that rate and its quota (None: no limit), or None
+        when no quota of this type is configured at all (nothing is measured then)."""
+        if quota_type not in self._enabled:
+            return None
+        resolved = self.quota(quota_type, user, client_id)
+        rate = self._rate(quota_type, resolved.sensor)
+        rate.record(self._amount(quota_type, value), now)
+        return rate, resolved.value
 
     def _rate(self, quota_type: QuotaType, sensor: SensorKey) -> Rate:
         rate = self._sensors.get((quota_type, sensor))
