@@ -25,6 +25,7 @@ import trio
 
 from internal_rpc import RpcClient, RpcError
 from internal_rpc.messages import MalformedMessage, RelayParams, RelayResult
+from internal_rpc.reports import report_unreachable
 from kafka_wire.codec import (
     MalformedRequest,
     RequestHeader,
@@ -183,6 +184,7 @@ class ProxyBroker:
                 self._notify_data,
                 self.objects,
             )
+            self.mirrors[main.node_id].on_lost = self._main_lost
             self.mirrors[main.node_id].on_connected = self._mains_changed
         try:
             async with trio.open_nursery() as nursery:
@@ -234,6 +236,9 @@ class ProxyBroker:
         # Only once synced: a main not heard from yet at start is not down.
         down = [n for n, m in self.mirrors.items() if not m.connected and m.synced.is_set()]
         self.topology = self.topology.with_down_mains(down)
+
+    def _main_lost(self, node: int, reason: str) -> None:
+        self.background.start_soon(report_unreachable, self.rpcs, node, reason)
 
     async def _keep_registered(self, url: str) -> None:
         cfg = self.config

@@ -237,6 +237,9 @@ class MainMirror:
         self._read_wanted = trio.Event()
         self.last_read = float("-inf")  # time.monotonic() of the last fetch that read us
         self.synced = trio.Event()  # set once the first full snapshot arrived
+        # Called with (main node id, why) when an established state stream breaks, so the
+        # controller probes that main at once (internal_rpc/reports.py).
+        self.on_lost: Callable[[int, str], None] | None = None
         # Called when `connected` flips (the zone view routes around a main that is down).
         self.on_connected: Callable[[], None] | None = None
 
@@ -266,6 +269,8 @@ class MainMirror:
             except RpcError as exc:
                 if self.connected:
                     log.warning("state stream of main %d lost: %s", self.main.node_id, exc)
+                    if self.on_lost is not None:
+                        self.on_lost(self.main.node_id, f"state stream lost: {exc}")
             except MalformedMessage as exc:
                 # Refused whole, before any of it applied: the mirror stays as the previous
                 # frame left it, and a new subscription starts from a full frame.

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -271,20 +272,19 @@ def restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> float:
             assert time.monotonic() < deadline, f"main {node_id} does not answer"
             time.sleep(0.3)
     # ...and once its zone's proxy has its state stream back: until then the proxy stands for
-    # it in the zone view (Topology.down_mains) and its zone's Metadata leaves it out.
+    # it in the zone view (Topology.down_mains) and sends its zone's clients to itself.
     zone = next(m.broker.zone for m in fleet.config.mains if m.broker.node_id == node_id)
     wait_until(
-        lambda: node_id in _zone_brokers(fleet, zone),
+        lambda: _proxy_has_main(fleet, zone, node_id),
         60,
-        lambda: f"{zone}'s Metadata does not list main {node_id} again",
+        lambda: f"{zone}'s proxy does not have main {node_id}'s state stream again",
     )
     return answered
 
 
-def _zone_brokers(fleet: ZoneFleet, zone: str) -> set[int]:
-    raw = RawKafka(fleet.bootstrap(zone), client_id=zone_client_id(zone))
-    try:
-        resp = raw.request(3, 12, {"topics": [], "allow_auto_topic_creation": False})
-    finally:
-        raw.close()
-    return {b.node_id for b in resp.brokers}
+def _proxy_has_main(fleet: ZoneFleet, zone: str, node_id: int) -> bool:
+    proxy = next(p for p in fleet.config.proxies if p.proxy.zone == zone)
+    url = f"http://{proxy.admin_host}:{proxy.admin_port}/status"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        status = json.load(resp)
+    return bool(status["mains"].get(str(node_id)))

@@ -119,13 +119,22 @@ def test_client_in_zone_sees_only_its_zone(zone: str) -> None:
 def test_a_zone_main_that_is_down_is_reached_through_the_zone_proxy() -> None:
     """The zone proxy lost its state stream from main 1 (killed): A's clients get 1's
     partitions from the proxy, which answers NOT_LEADER_OR_FOLLOWER with hints until another
-    main takes them over, instead of retrying a dead address until a refresh."""
+    main takes them over, instead of retrying a dead address until a refresh. Main 1 stays
+    listed, leading nothing: librdkafka would otherwise drop its broker while a cached
+    coordinator still points at it, and wait on it forever."""
     down = topology().with_down_mains([1])
     assert not down.main_up(1) and down.main_up(4)
     assert topology().main_up(1)
     result = rewrite_metadata(metadata(), A, down)
-    assert brokers(result.data) == [(4, "m4.a", 9004, A), (101, "p1.a", 9101, A)]
+    assert brokers(result.data) == [
+        (1, "m1.a", 9001, A),
+        (4, "m4.a", 9004, A),
+        (101, "p1.a", 9101, A),
+    ]
     assert {p: v[0] for p, v in partitions(result.data).items()} == {0: 101, 1: 101, 2: 101, 3: 4}
+    as_controller = {**metadata(), "controller_id": 1}
+    assert rewrite_metadata(as_controller, A, down).data["controller_id"] == 101
+    assert rewrite_metadata(as_controller, A, topology()).data["controller_id"] == 1
     # Other zones never listed main 1; once it is back, A sees it again.
     assert (
         rewrite_metadata(metadata(), B, down).data
@@ -455,3 +464,30 @@ def test_a_replica_id_of_a_zone_view_names_a_main() -> None:
     alone = Topology(ZONES, [NODES[0], NODES[4]])
     with pytest.raises(NotAMain, match=r"name a main broker \(one of \[1\]\)"):
         main_for_replica(alone, 101, [1], "t", 0)
+
+
+def test_a_named_listener_lists_its_own_addresses_and_routes_mains_without_it() -> None:
+    """A client of listener SECURE sees SECURE's addresses. Main 4 has no SECURE listener, so
+    it is listed to nobody there and its partition goes through the zone proxy; on the
+    default listener nothing changes."""
+    secure = [
+        Node(1, A, "main", "m1.a", 9001, (("SECURE", "m1.a", 9501),)),
+        Node(2, B, "main", "m2.b", 9002, (("SECURE", "m2.b", 9502),)),
+        Node(3, "use1-az3", "main", "m3.c", 9003, (("SECURE", "m3.c", 9503),)),
+        Node(4, A, "main", "m4.a", 9004),
+        Node(101, A, "proxy", "p1.a", 9101, (("SECURE", "p1.a", 9601),)),
+        Node(102, B, "proxy", "p2.b", 9102, (("SECURE", "p2.b", 9602),)),
+        Node(103, C, "proxy", "p3.c", 9103, (("SECURE", "p3.c", 9603),)),
+    ]
+    topo = topology(nodes=secure)
+    on_secure = topo.for_listener("SECURE")
+    assert topo.for_listener("SECURE") is on_secure  # cached
+    assert topo.for_listener("kafka") is topo  # not a named listener: the default one
+    result = rewrite_metadata(metadata(), A, on_secure).data
+    assert brokers(result) == [(1, "m1.a", 9501, A), (101, "p1.a", 9601, A)]
+    assert {p: v[0] for p, v in partitions(result).items()} == {0: 1, 1: 101, 2: 101, 3: 101}
+    plain = rewrite_metadata(metadata(), A, topo).data
+    assert brokers(plain) == [(1, "m1.a", 9001, A), (4, "m4.a", 9004, A), (101, "p1.a", 9101, A)]
+    # Down mains carry over to the listener's view.
+    down = topo.with_down_mains([1]).for_listener("SECURE")
+    assert not down.main_up(1) and not down.main_up(4)

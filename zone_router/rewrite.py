@@ -9,7 +9,8 @@ Three views, picked by ``client_view``:
 
 - ``zone``: the client's zone Z has a live proxy. Only Z's mains and Z's proxy are listed; a
   partition or coordinator whose main is in Z keeps it, anything else goes to Z's proxy (so
-  does what a main of Z leads while the proxy has lost it: ``Topology.down_mains``).
+  does what a main of Z leads while the proxy has lost it: ``Topology.down_mains``; such a
+  main stays listed, leading nothing).
 - ``unknown``: no zone. Every main and live proxy is listed, leaders are the real mains, and
   the live proxies are appended to ``replicas`` so KIP-392 ``preferred_read_replica`` works.
 - ``fallback``: Z has no live proxy. Clients get the real mains, and
@@ -77,8 +78,11 @@ class ClientView:
         topo = self.topology
         if self.mode == "zone":
             assert self.proxy is not None
-            up = tuple(m for m in topo.mains_in(self.zone) if topo.main_up(m.node_id))
-            nodes = (*up, self.proxy)
+            # A zone main that is down stays listed (nothing is led by it): librdkafka
+            # decommissions a broker that Metadata stops naming, yet still sends a cached
+            # coordinator's requests to it, and then waits forever for a connection.
+            listed = [m for m in topo.mains_in(self.zone) if m.node_id not in topo.unlisted]
+            nodes = (*listed, self.proxy)
         elif self.mode == "unknown":
             nodes = (*topo.mains, *topo.live_proxies)
         else:
@@ -86,13 +90,8 @@ class ClientView:
         return tuple(sorted(nodes, key=lambda n: n.node_id))
 
     def controller_for(self, controller_id: int) -> int:
-        """A controller the client cannot see is replaced by its proxy, which relays admin."""
-        if self.mode != "zone" or controller_id < 0:
-            return controller_id
-        if any(n.node_id == controller_id for n in self.visible_nodes()):
-            return controller_id
-        assert self.proxy is not None
-        return self.proxy.node_id
+        """A controller outside the zone, or down, is replaced by the proxy, which relays admin."""
+        return self.leader_for(controller_id)
 
     def passes_through(self, node_id: int) -> bool:
         """A node the topology does not know is kept as-is, except in the zone view."""

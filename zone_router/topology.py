@@ -23,6 +23,8 @@ class Node:
     role: Role
     host: str
     port: int
+    # Named listeners besides the default one: (name, host, port), as advertised.
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 class Topology:
@@ -41,9 +43,14 @@ class Topology:
         nodes: Iterable[Node],
         live_proxies: Iterable[int] | None = None,
         down_mains: Iterable[int] = (),
+        unlisted: Iterable[int] = (),
     ) -> None:
         self.zones = zones
         self.down_mains = frozenset(down_mains)
+        # Mains without the listener this topology is for (`for_listener`): listed to nobody,
+        # their partitions reached through the zone proxy.
+        self.unlisted = frozenset(unlisted)
+        self._by_listener: dict[str, Topology] = {}
         self._nodes: dict[int, Node] = {}
         for node in nodes:
             if node.role not in ("main", "proxy"):
@@ -69,15 +76,47 @@ class Topology:
 
     def with_live_proxies(self, live_proxies: Iterable[int] | None) -> Topology:
         """The same nodes with another liveness set."""
-        return Topology(self.zones, self._nodes.values(), live_proxies, self.down_mains)
+        return Topology(
+            self.zones, self._nodes.values(), live_proxies, self.down_mains, self.unlisted
+        )
 
     def with_down_mains(self, down_mains: Iterable[int]) -> Topology:
         """The same nodes with another set of mains that are down."""
         live = [p.node_id for p in self.live_proxies]
-        return Topology(self.zones, self._nodes.values(), live, down_mains)
+        return Topology(self.zones, self._nodes.values(), live, down_mains, self.unlisted)
+
+    def for_listener(self, name: str) -> Topology:
+        """The topology as a client of listener `name` sees it: each node at its address on
+        that listener. A name no node lists as a named listener is the default listener
+        (this topology). Mains without the listener are `unlisted`; proxies without it are not
+        live for its clients."""
+        cached = self._by_listener.get(name)
+        if cached is not None:
+            return cached
+        if not any(lst[0] == name for n in self._nodes.values() for lst in n.listeners):
+            return self
+        nodes: list[Node] = []
+        unlisted: list[int] = []
+        missing: set[int] = set()
+        for node in self._nodes.values():
+            endpoint = next((lst for lst in node.listeners if lst[0] == name), None)
+            if endpoint is None:
+                if node.role == "main":
+                    unlisted.append(node.node_id)
+                else:
+                    missing.add(node.node_id)
+                nodes.append(dataclasses.replace(node, listeners=()))
+            else:
+                nodes.append(
+                    dataclasses.replace(node, host=endpoint[1], port=endpoint[2], listeners=())
+                )
+        live = [p.node_id for p in self.live_proxies if p.node_id not in missing]
+        topo = Topology(self.zones, nodes, live, self.down_mains, unlisted)
+        self._by_listener[name] = topo
+        return topo
 
     def main_up(self, node_id: int) -> bool:
-        return node_id not in self.down_mains
+        return node_id not in self.down_mains and node_id not in self.unlisted
 
     def node(self, node_id: int) -> Node | None:
         return self._nodes.get(node_id)

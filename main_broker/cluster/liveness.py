@@ -29,7 +29,7 @@ __all__ = [
     "reads_fresh",
 ]
 
-REFUSED_TO_DEAD = 3
+REFUSED_TO_DEAD = 2
 FAILURES_TO_DEAD = 5
 FENCE_CHECK_S = 0.5
 READS_FRESH_S = FENCE_CHECK_S + 1.0

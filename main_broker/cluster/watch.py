@@ -45,7 +45,7 @@ __all__ = ["MainFenced", "MainWatch"]
 log = logging.getLogger("zonefleet.main_broker.watch")
 
 PROBE_INTERVAL_S = 4.0
-SUSPECT_PROBE_S = 0.5
+SUSPECT_PROBE_S = 0.2
 UNSEEN_PROBE_S = 0.5
 PROBE_TIMEOUT_S = 2.0
 REPORT_TIMEOUT_S = 1.0
