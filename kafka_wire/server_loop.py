@@ -15,7 +15,7 @@ import logging
 import math
 import struct
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import trio
@@ -44,12 +44,32 @@ Buffer = bytes | bytearray | memoryview
 Finish = Callable[[], Awaitable[Sequence[Buffer] | None]]
 
 
+class ConnectionIdentity:
+    """Who the connection is: the principal its listener authenticated (SASL, or a client
+    certificate), else ``User:ANONYMOUS``. It may change on the same connection: KIP-368
+    re-authentication renews it."""
+
+    __slots__ = ("mechanism", "principal")
+
+    def __init__(self, principal: str = "User:ANONYMOUS", mechanism: str | None = None):
+        self.principal = principal
+        self.mechanism = mechanism
+
+    def __repr__(self) -> str:
+        return f"ConnectionIdentity({self.principal!r}, {self.mechanism!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionInfo:
     peer_host: str
     peer_port: int
     local_port: int
     listener: str = "kafka"
+    identity: ConnectionIdentity = field(default_factory=ConnectionIdentity, compare=False)
+
+    @property
+    def principal(self) -> str:
+        return self.identity.principal
 
 
 def _camel(snake: str) -> str:
@@ -211,6 +231,18 @@ class RequestProcessor(Protocol):
         ...
 
 
+class ConnectionGate(Protocol):
+    """Sees each request before the processor (a SASL listener's authentication): returns
+    how to answer it itself, or None to let the processor have it; raises CloseConnection to
+    drop the connection."""
+
+    def begin(self, header: RequestHeader, frame: bytearray) -> Finish | None: ...
+
+
+class LastResponse(tuple[Buffer, ...]):
+    """Response parts after which the connection closes (a failed authentication)."""
+
+
 class _Slot:
     __slots__ = ("done", "nbytes", "parts", "token")
 
@@ -261,7 +293,11 @@ class _InFlight:
         self.answered.set()
 
 
-def connection_info(stream: trio.SocketStream, listener: str = "kafka") -> ConnectionInfo:
+def connection_info(stream: trio.abc.Stream, listener: str = "kafka") -> ConnectionInfo:
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    if not isinstance(stream, trio.SocketStream):
+        return ConnectionInfo("?", 0, 0, listener)
     try:
         peer = stream.socket.getpeername()
         local = stream.socket.getsockname()
@@ -271,7 +307,7 @@ def connection_info(stream: trio.SocketStream, listener: str = "kafka") -> Conne
 
 
 async def serve_connection(
-    stream: trio.SocketStream,
+    stream: trio.abc.Stream,
     processor: RequestProcessor,
     *,
     max_frame_bytes: int,
@@ -282,13 +318,17 @@ async def serve_connection(
     limits: ConnectionLimits | None = None,
     idle_timeout_s: float | None = None,
     max_in_flight_bytes: int | None = None,
+    gate: Callable[[ConnectionInfo], ConnectionGate] | None = None,
+    conn: ConnectionInfo | None = None,
 ) -> None:
-    """`bad_input` says why a connection is closed for what its peer sent (one line, rate
-    limited per peer, and counted: a node passes its own with a metric). `limits` admits the
-    connection first (Kafka's max.connections and max.connections.per.ip): one over them is
-    closed at once. A connection that sends no request for `idle_timeout_s` while none of its
-    requests is under way is closed (Kafka's connections.max.idle.ms); so is one that takes
-    that long to send one frame (a slowloris).
+    """`gate(conn)` makes the connection's `ConnectionGate` (a SASL listener's); `conn` is
+    the connection's info when the caller made it already (a TLS listener, which sets the
+    certificate's principal). `bad_input` says why a connection is closed for what its peer
+    sent (one line, rate limited per peer, and counted: a node passes its own with a metric).
+    `limits` admits the connection first (Kafka's max.connections and
+    max.connections.per.ip): one over them is closed at once. A connection that sends no
+    request for `idle_timeout_s` while none of its requests is under way is closed (Kafka's
+    connections.max.idle.ms); so is one that takes that long to send one frame (a slowloris).
 
     At most `max_in_flight` requests and `max_in_flight_bytes` of request frames (default
     `max_frame_bytes`; `limits.max_in_flight_bytes` when set) are under way on the connection
@@ -299,7 +339,8 @@ async def serve_connection(
         configured = limits.max_in_flight_bytes if limits is not None else 0
         max_in_flight_bytes = configured or max_frame_bytes
     bad = bad_input or _BAD_INPUT
-    conn = connection_info(stream, listener)
+    if conn is None:
+        conn = connection_info(stream, listener)
     if limits is not None:
         refused = limits.admit(conn.peer_host)
         if refused is not None:
@@ -320,6 +361,7 @@ async def serve_connection(
             meter,
             idle_timeout_s,
             in_flight,
+            gate(conn) if gate is not None else None,
         )
     finally:
         in_flight.remove(in_flight.nbytes)  # requests never answered
@@ -328,7 +370,7 @@ async def serve_connection(
 
 
 async def _serve_admitted(
-    stream: trio.SocketStream,
+    stream: trio.abc.Stream,
     processor: RequestProcessor,
     conn: ConnectionInfo,
     bad: BadInputLog,
@@ -337,6 +379,7 @@ async def _serve_admitted(
     meter: WireMeter | None,
     idle_timeout_s: float | None,
     in_flight: _InFlight,
+    gate: ConnectionGate | None,
 ) -> None:
     reader = FrameReader(stream, max_frame_bytes)
     send_slots, receive_slots = trio.open_memory_channel[_Slot](max_in_flight)
@@ -372,7 +415,8 @@ async def _serve_admitted(
                     try:
                         header = parse_request_header(frame)
                         try:
-                            finish = processor.begin(header, frame, conn)
+                            gated = gate.begin(header, frame) if gate is not None else None
+                            finish = gated or processor.begin(header, frame, conn)
                         except BaseException:
                             if meter is not None:  # a refused request's bytes still count
                                 meter.request_in(header, frame, conn, None)
@@ -419,7 +463,7 @@ _CLOSE: Sequence[Buffer] = (b"",)
 
 
 async def _write_responses(
-    stream: trio.SocketStream,
+    stream: trio.abc.Stream,
     slots: trio.MemoryReceiveChannel[_Slot],
     meter: WireMeter | None,
     in_flight: _InFlight,
@@ -436,5 +480,8 @@ async def _write_responses(
                     if meter is not None:
                         meter.response_out(slot.token, slot.parts)
                 in_flight.remove(slot.nbytes)
+                if isinstance(slot.parts, LastResponse):
+                    await stream.aclose()
+                    return
     finally:
         in_flight.close()  # a reader waiting for room would otherwise wait for ever

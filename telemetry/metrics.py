@@ -461,6 +461,7 @@ class BrokerMetrics:
     partitions: Gauge
     connections: Gauge
     bad_input: Counter
+    auth_failures: Counter
 
     @classmethod
     def create(cls, registry: MetricsRegistry) -> BrokerMetrics:
@@ -499,5 +500,10 @@ class BrokerMetrics:
                 "Requests and frames refused as malformed (their warnings are rate-limited per "
                 "peer), by kind: frame, request, relay, rpc.",
                 ("kind",),
+            ),
+            auth_failures=registry.counter(
+                "zonefleet_authentication_failures_total",
+                "Failed SASL authentications, by listener and mechanism.",
+                ("listener", "mechanism"),
             ),
         )
