@@ -1,10 +1,10 @@
-"""ACL validation and matching (main_broker/security/acl_rules.py), against Kafka 4.x's rules."""
+"""ACL validation and matching (kafka_wire/acl/rules.py), against Kafka 4.x's rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from main_broker.security.acl_rules import (
+from kafka_wire.acl.rules import (
     AclBinding,
     AclFilter,
     Operation,

@@ -10,8 +10,8 @@ import msgpack
 import pytest
 import trio
 
+from kafka_wire.acl.rules import AclBinding
 from kafka_wire.sasl.scram import server_key, stored_key
-from main_broker.security.acl_rules import AclBinding
 from main_broker.security.doc_store import ObjectDocuments, WalDocuments
 from main_broker.security.docs import AclsDoc, ScramDoc, SecurityDocError
 from main_broker.security.scram import derive_credential

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 import trio
 from kio.schema.errors import ErrorCode
 
+from kafka_wire.acl.rules import ResourceType, authorized_operations
 from main_broker.api.cluster import topic_metadata
 from main_broker.partition_log import PartitionLog, leader_error
-from main_broker.security.acl_rules import ResourceType, authorized_operations
 from s3_commit.manifest import manifest_key
 
 if TYPE_CHECKING:

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kafka_wire.server_loop import CloseConnection
-from main_broker.security.acl_rules import (
+from kafka_wire.acl.rules import (
     AclBinding,
     AclFilter,
     create_error,
     delete_filter_error,
     matching,
 )
+from kafka_wire.server_loop import CloseConnection
 from main_broker.security.docs import AclsDoc, ScramDoc, SecurityDocError
 from main_broker.security.scram import Deletion, Upsertion, alter_credentials, describe_credentials
 from s3_commit import ObjectStoreError

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
+from kafka_wire.acl.rules import ResourceType, authorized_operations
 from main_broker.group_config import GroupConfig
 from main_broker.groups.consumer_assignor import Assignment
 from main_broker.groups.consumer_group import (
@@ -27,7 +28,6 @@ from main_broker.groups.consumer_group import (
     HeartbeatInput,
 )
 from main_broker.groups.consumer_persistence import ConsumerGroupLog, NoConsumerGroupLog
-from main_broker.security.acl_rules import ResourceType, authorized_operations
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from kafka_wire.acl.rules import ResourceType, authorized_operations
 from main_broker.group_config import GroupConfig
 from main_broker.groups.classic import (
     COORDINATOR_NOT_AVAILABLE,
@@ -42,7 +43,6 @@ from main_broker.groups.offsets import (
     commit_response,
 )
 from main_broker.groups.persistence import MembershipLog, NoMembershipLog
-from main_broker.security.acl_rules import ResourceType, authorized_operations
 
 __all__ = [
     "CommittedOffset",

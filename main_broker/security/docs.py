@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from main_broker.security.acl_rules import AclBinding
+from kafka_wire.acl.rules import AclBinding
 from main_broker.security.scram import MECHANISMS, ScramCredential
 
 __all__ = ["ACLS_DOC", "SCRAM_DOC", "AclsDoc", "ScramDoc", "SecurityDocError"]

@@ -1,8 +1,9 @@
 """Kafka ACL bindings and the rules that match them, as Apache Kafka 4.x applies them.
 
 Pure data and functions, no I/O: CreateAcls validation, DescribeAcls / DeleteAcls filter
-matching (patterns LITERAL, PREFIXED, MATCH, ANY) and, for enforcement, which bindings apply to
-a request on a resource (`authorize`, as Kafka's StandardAuthorizer decides).
+matching (patterns LITERAL, PREFIXED, MATCH, ANY) and, for enforcement, what the bindings that
+cover a resource decide for a request (`decide`, as Kafka's StandardAuthorizer does). `authorize`
+applies it by scanning a list; `kafka_wire.acl.authorizer.Authorizer` by an indexed lookup.
 
 Codes are Kafka's wire codes (org.apache.kafka.common.resource / .acl enums). A code outside
 an enum reads as UNKNOWN, as Kafka's `fromCode` does.
@@ -10,7 +11,7 @@ an enum reads as UNKNOWN, as Kafka's `fromCode` does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -28,7 +29,9 @@ __all__ = [
     "authorize",
     "authorized_operations",
     "create_error",
+    "decide",
     "delete_filter_error",
+    "entry_result",
     "filter_matches",
     "matching",
     "resource_matches",
@@ -105,14 +108,20 @@ SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def authorized_operations(resource: ResourceType, requested: bool = True) -> int:
+def authorized_operations(
+    resource: ResourceType,
+    requested: bool = True,
+    allowed: Callable[[Operation], bool] | None = None,
+) -> int:
     """The authorized-operations bit field of a describe answer (bit N: operation code N), or
-    the omitted value when the client did not ask for it."""
+    the omitted value when the client did not ask for it. Kafka sets the bits of the resource
+    type's supported operations that `allowed` grants; without it (no authorizer) all of them."""
     if not requested:
         return AUTHORIZED_OPERATIONS_OMITTED
     bits = 0
     for operation in SUPPORTED_OPERATIONS[resource]:
-        bits |= 1 << operation
+        if allowed is None or allowed(operation):
+            bits |= 1 << operation
     return bits
 
 
@@ -263,6 +272,50 @@ def resource_matches(b: AclBinding, resource_type: int, name: str) -> bool:
     return False
 
 
+def entry_result(b: AclBinding, principal: str, host: str, operation: int) -> int | None:
+    """What one binding, whose pattern already covers the resource, says about `operation` by
+    `principal` from `host`: Permission.ALLOW, Permission.DENY, or None when it does not apply
+    (Kafka's StandardAuthorizerData.findResult). A binding for "User:*" applies to every
+    principal and one for host "*" to every host."""
+    if b.principal != principal and b.principal != WILDCARD_PRINCIPAL:
+        return None
+    if b.host != WILDCARD and b.host != host:
+        return None
+    if b.operation != Operation.ALL:
+        if b.permission == Permission.ALLOW:
+            # Implication only widens ALLOWs: a DENY of READ does not deny DESCRIBE.
+            if b.operation not in _IMPLIES.get(operation, (operation,)):
+                return None
+        elif b.operation != operation:
+            return None
+    if b.permission in (Permission.ALLOW, Permission.DENY):
+        return b.permission
+    return None
+
+
+def decide(
+    covering: Iterable[AclBinding],
+    principal: str,
+    host: str,
+    operation: int,
+    no_acl_found: bool = False,
+) -> bool:
+    """Kafka's decision from the bindings whose pattern covers the resource (any principal,
+    host or operation): a DENY that applies wins, else an ALLOW that applies allows; when no
+    binding covers the resource at all, `no_acl_found` (allow.everyone.if.no.acl.found);
+    when some do but none applies, not allowed."""
+    any_covering = False
+    allowed = False
+    for b in covering:
+        any_covering = True
+        result = entry_result(b, principal, host, operation)
+        if result == Permission.DENY:
+            return False
+        if result == Permission.ALLOW:
+            allowed = True
+    return allowed if any_covering else no_acl_found
+
+
 def authorize(
     acls: Iterable[AclBinding],
     principal: str,
@@ -270,24 +323,10 @@ def authorize(
     operation: int,
     resource_type: int,
     name: str,
+    no_acl_found: bool = False,
 ) -> bool:
-    """Whether `principal` from `host` may do `operation` on the resource: some ALLOW binding
-    covers it and no DENY binding does (a DENY wins; none at all: not allowed). `principal` is
-    "Type:name"; a binding for "User:*" applies to every principal, as in Kafka."""
-    allowed = False
-    for b in acls:
-        if not resource_matches(b, resource_type, name):
-            continue
-        if b.principal not in (principal, WILDCARD_PRINCIPAL):
-            continue
-        if b.host != WILDCARD and b.host != host:
-            continue
-        if b.permission == Permission.DENY:
-            # A DENY of ALL or of the operation itself; DENY of READ does not deny DESCRIBE.
-            if b.operation in (Operation.ALL, operation):
-                return False
-        elif b.permission == Permission.ALLOW and (
-            b.operation == Operation.ALL or b.operation in _IMPLIES.get(operation, {operation})
-        ):
-            allowed = True
-    return allowed
+    """Whether `principal` ("Type:name") from `host` may do `operation` on the resource, by a
+    scan of `acls` (see `decide`; no super users here). For many bindings or many decisions use
+    `kafka_wire.acl.Authorizer`, which indexes them and caches its answers."""
+    covering = (b for b in acls if resource_matches(b, resource_type, name))
+    return decide(covering, principal, host, operation, no_acl_found)
