@@ -113,6 +113,8 @@ from typing import Any
 
 from fleet.zone_discovery import DiscoveredZone, discover_zone_blocking, imds_endpoint
 from internal_rpc.auth import MIN_SECRET_BYTES
+from kafka_wire.listeners import ListenerConfig, ListenerError, parse_listener
+from kafka_wire.sasl.gate import SaslSettings
 from main_broker.config import BrokerConfig, MainPeer
 from main_broker.group_config import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs
@@ -593,6 +595,7 @@ def _parse_proxies(
             prepared_min_age_s=float(raw.get("prepared_min_age_s", 60.0)),
             prepared_retention_s=_opt_float(raw.get("prepared_retention_s", 3600.0)),
             wal=replace(wal),
+            listeners=_listeners(raw, f"proxy {node_id}"),
         )
         nodes.append(
             ProxyNode(
@@ -609,11 +612,53 @@ def _parse_proxies(
             )
         seen_zones[cfg.zone] = cfg.node_id
         cfg.peers = [
-            ProxyEndpoint(p.node_id, p.zone, *p.advertised)
+            ProxyEndpoint(
+                p.node_id,
+                p.zone,
+                *p.advertised,
+                tuple((lst.name, *lst.advertised()) for lst in p.listeners),
+            )
             for p in (other.proxy for other in nodes)
             if p.node_id != cfg.node_id
         ]
     return nodes
+
+
+def _listeners(raw: dict[str, Any], where: str) -> list[ListenerConfig]:
+    """A node's named listeners: `listeners = [{name, protocol, port, ...}, ...]`."""
+    host = str(raw.get("host", "127.0.0.1"))
+    try:
+        out = [parse_listener(dict(lst), where, host) for lst in raw.get("listeners", [])]
+    except (ListenerError, TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+    names = [lst.name for lst in out]
+    if len(set(names)) != len(names) or "kafka" in names:
+        raise ConfigError(f"{where}: listener names must be unique and not 'kafka'")
+    return out
+
+
+def _security(proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path) -> None:
+    """[security]: SASL mechanisms, the PLAIN credentials file, connections.max.reauth.ms."""
+    mechanisms = tuple(raw.get("sasl_enabled_mechanisms", ("SCRAM-SHA-512", "SCRAM-SHA-256")))
+    known = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+    unknown = [m for m in mechanisms if m not in known]
+    if unknown or not mechanisms:
+        raise ConfigError(
+            f"[security] sasl_enabled_mechanisms {list(mechanisms)}: each one of {sorted(known)}"
+        )
+    plain_file = raw.get("plain_credentials_file")
+    if "PLAIN" in mechanisms and plain_file is None:
+        raise ConfigError(
+            "[security] PLAIN needs plain_credentials_file (kafka_wire/sasl/plain.py)"
+        )
+    settings = SaslSettings(
+        mechanisms=mechanisms,
+        plain_credentials_file=None if plain_file is None else str(base_dir / str(plain_file)),
+        reauth_ms=int(raw.get("connections_max_reauth_ms", 0)),
+        failed_delay_ms=int(raw.get("connection_failed_authentication_delay_ms", 100)),
+    )
+    for p in proxies:
+        p.proxy.sasl = settings
 
 
 def _may_share_a_host(a: str, b: str) -> bool:
@@ -752,6 +797,7 @@ def parse_fleet_config(
     proxies = _parse_proxies(
         list(doc.get("proxies", [])), zones, mains, secret, wal_url, wal_config
     )
+    _security(proxies, dict(doc.get("security", {})), base_dir)
     _register_proxies(proxies, metadata_url, mains)
     _storage(mains, proxies, doc.get("storage", {}), base_dir)
     zone_proxies = [

@@ -104,6 +104,10 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 6),
     16: ("ListGroups", 0, 5),
+    # Answered by a SASL listener's gate (kafka_wire/sasl/gate.py). v0 is listed because
+    # librdkafka 2.0 (Debian's kcat) looks for it before it uses v1, but a v0 client's raw
+    # tokens after the handshake are not Kafka frames and close the connection.
+    17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
@@ -116,6 +120,7 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     33: ("AlterConfigs", 0, 2),
     34: ("AlterReplicaLogDirs", 1, 2),
     35: ("DescribeLogDirs", 1, 4),
+    36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     44: ("IncrementalAlterConfigs", 0, 1),
     50: ("DescribeUserScramCredentials", 0, 0),
@@ -188,6 +193,8 @@ class MainBroker:
             31: api_security.delete_acls,
             50: api_security.describe_user_scram_credentials,
             51: api_security.alter_user_scram_credentials,
+            17: api_security.sasl_handshake,
+            36: api_security.sasl_authenticate,
             32: api_configs.describe_configs,
             33: api_configs.alter_configs,
             37: api_topics_admin.create_partitions,

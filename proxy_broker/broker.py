@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -39,9 +39,11 @@ from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.fetch_serving import read_failures_fail_the_partition, serve_fetch
 from kafka_wire.leader_epochs import API_OFFSET_FOR_LEADER_EPOCH, offsets_for_leader_epochs
 from kafka_wire.leader_hints import Endpoint, PartitionKey
+from kafka_wire.listeners import ListenerError
 from kafka_wire.server_loop import (
     Buffer,
     CloseConnection,
+    ConnectionGate,
     ConnectionInfo,
     Finish,
     serve_connection,
@@ -54,6 +56,7 @@ from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from proxy_broker.prepared_trim import prepared_floor
 from proxy_broker.produce import begin_produce
 from proxy_broker.relay_plan import plan_relay
+from proxy_broker.secure_listeners import ProxyListeners
 from proxy_broker.sequence_guard import SequenceGuard
 from s3_commit import AsyncObjectStore, open_object_store
 from s3_commit.manifest import StreamManifest
@@ -140,6 +143,9 @@ class ProxyBroker:
         self.objects: ProxyObjects | None = None
         self.registrar: NodeRegistrar | None = None
         self._prepared: OrderedDict[tuple[int, int], memoryview] = OrderedDict()
+        self.secure = ProxyListeners(
+            config.listeners, config.sasl, config.rpc_secret, self.metrics, self.bad_input
+        )
         self.topology = self._topology()
         self.wal: WalWriter
         self.batches: BatchReader
@@ -152,9 +158,13 @@ class ProxyBroker:
             zones.setdefault(zone, None)
         zones.setdefault(cfg.zone, None)
         host, port = cfg.advertised
-        nodes = [Node(m.node_id, m.zone, "main", m.host, m.kafka_port) for m in cfg.mains]
-        nodes.append(Node(cfg.node_id, cfg.zone, "proxy", host, port))
-        nodes += [Node(p.node_id, p.zone, "proxy", p.host, p.kafka_port) for p in cfg.peers]
+        nodes = [
+            Node(m.node_id, m.zone, "main", m.host, m.kafka_port, m.listeners) for m in cfg.mains
+        ]
+        nodes.append(Node(cfg.node_id, cfg.zone, "proxy", host, port, self.secure.advertised()))
+        nodes += [
+            Node(p.node_id, p.zone, "proxy", p.host, p.kafka_port, p.listeners) for p in cfg.peers
+        ]
         return Topology(ZoneMap(Zone(name, az) for name, az in zones.items()), nodes)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -200,9 +210,17 @@ class ProxyBroker:
                     partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
                 )
                 self.bound_port = listeners[0].socket.getsockname()[1]
-                if cfg.advertised_port is None:
-                    cfg.advertised_port = self.bound_port
+                await self.secure.serve(nursery, self._serve_stream)
+                if cfg.advertised_port is None or self.secure.listeners:
+                    cfg.advertised_port = cfg.advertised_port or self.bound_port
                     self.topology = self._topology().with_down_mains(self.topology.down_mains)
+                if self.secure.sasl is not None:
+                    if cfg.metadata_url is None:
+                        raise ListenerError(
+                            "SASL listeners on a proxy need the fleet's metadata store, where "
+                            "the SCRAM credentials are"
+                        )
+                    nursery.start_soon(self._keep_scram_fresh, cfg.metadata_url)
                 with trio.move_on_after(10):
                     for mirror in self.mirrors.values():
                         await mirror.synced.wait()
@@ -252,17 +270,32 @@ class ProxyBroker:
         )
         await self.registrar.run()
 
+    async def _keep_scram_fresh(self, url: str) -> None:
+        raw = await trio.to_thread.run_sync(open_object_store, url)
+        raw.traffic_hook = self.traffic.s3_request
+        await self.secure.keep_scram_fresh(AsyncObjectStore(raw, max_threads=1))
+
     async def _open_objects(self, url: str) -> ProxyObjects:
         store = await trio.to_thread.run_sync(open_object_store, url)
         store.traffic_hook = self.traffic.s3_request
         return ProxyObjects(store, self.config.object_cache_bytes, self.registry)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
+        await self._serve_stream(stream)
+
+    async def _serve_stream(
+        self,
+        stream: trio.abc.Stream,
+        conn: ConnectionInfo | None = None,
+        gate: Callable[[ConnectionInfo], ConnectionGate] | None = None,
+    ) -> None:
         self.metrics.connections.inc()
         try:
             await serve_connection(
                 stream,
                 self,
+                conn=conn,
+                gate=gate,
                 max_frame_bytes=self.config.max_request_bytes,
                 max_in_flight=self.config.max_in_flight_per_connection,
                 meter=self.traffic.kafka,
@@ -333,7 +366,7 @@ class ProxyBroker:
         return found if found in self.mirrors else None
 
     def leader_hints(
-        self, partitions: Sequence[PartitionKey]
+        self, partitions: Sequence[PartitionKey], listener: str = ""
     ) -> tuple[Mapping[PartitionKey, tuple[int, int]], list[Endpoint]]:
         """KIP-951 hints (a `kafka_wire.leader_hints.HintSource`) for this proxy's clients: the
         leader as the mains published it, seen from this zone as Metadata shows it."""
@@ -346,7 +379,8 @@ class ProxyBroker:
             # main's copy of the cluster metadata does.
             part = self.partition(topic, index) or self._any_partition(topic, index)
             current[(topic, index)] = (owner, part.leader_epoch if part is not None else -1)
-        hints = rewrite_leader_hints(current, (), self.config.zone, self.topology)
+        topology = self.topology.for_listener(listener)
+        hints = rewrite_leader_hints(current, (), self.config.zone, topology)
         return hints.current_leader, hints.node_endpoints
 
     def _any_partition(self, topic: str, partition: int) -> MirrorPartition | None:
@@ -456,8 +490,9 @@ class ProxyBroker:
             request = decode_request(header, frame)
 
             async def fetch() -> Sequence[Buffer]:
+                hints = partial(self.leader_hints, listener=conn.listener)
                 return await serve_fetch(
-                    self, header.api_version, header.correlation_id, request, self.leader_hints
+                    self, header.api_version, header.correlation_id, request, hints
                 )
 
             return fetch
@@ -497,7 +532,7 @@ class ProxyBroker:
             # The mains this proxy stands for in its zone view: other zones' mains, and its
             # own zone's mains while their state stream is lost (Topology.down_mains), whose
             # groups FindCoordinator then places on this proxy too.
-            topo = self.topology
+            topo = self.topology.for_listener(ctx.conn.listener)
             foreign = [
                 m for m in mains if topo.zone_of(m) != self.config.zone or not topo.main_up(m)
             ]
@@ -539,20 +574,21 @@ class ProxyBroker:
         if response is None:
             return None
         if header.api_key in REWRITTEN:
-            response = self._rewrite(header, response)
+            response = self._rewrite(header, response, ctx.conn.listener)
         return [response]
 
-    def _rewrite(self, header: RequestHeader, response: bytes) -> bytes:
+    def _rewrite(self, header: RequestHeader, response: bytes, listener: str) -> bytes:
         key, version = header.api_key, header.api_version
         _, entity = decode_response(key, version, response)
         data = entity_to_data(entity)
         zone = self.config.zone  # a client that reached this proxy is in its zone
+        topology = self.topology.for_listener(listener)
         if key == API_METADATA:
-            out = rewrite_metadata(data, zone, self.topology).data
+            out = rewrite_metadata(data, zone, topology).data
         elif key == API_FIND_COORDINATOR:
-            out = rewrite_find_coordinator(data, zone, self.topology).data
+            out = rewrite_find_coordinator(data, zone, topology).data
         elif key == API_DESCRIBE_TOPIC_PARTITIONS:
-            out = rewrite_describe_topic_partitions(data, zone, self.topology).data
+            out = rewrite_describe_topic_partitions(data, zone, topology).data
         else:
-            out = rewrite_describe_cluster(data, zone, self.topology).data
+            out = rewrite_describe_cluster(data, zone, topology).data
         return encode_response(header, build_response(key, version, out))

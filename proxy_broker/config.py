@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafka_wire.listeners import ListenerConfig
+from kafka_wire.sasl.gate import SaslSettings
 from shared_wal import WalConfig
 from telemetry import REGIONAL_ZONE
 from telemetry.ledger_upload import DEFAULT_UPLOAD_INTERVAL_S
@@ -17,6 +19,8 @@ class MainEndpoint:
     host: str
     kafka_port: int
     rpc_port: int
+    # Named listeners besides kafka_port: (name, advertised host, advertised port).
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class ProxyEndpoint:
     zone: str
     host: str
     kafka_port: int
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass
@@ -38,6 +43,10 @@ class ProxyConfig:
     port: int = 9092
     advertised_host: str | None = None
     advertised_port: int | None = None
+    # Named listeners besides `port` (kafka_wire/listeners.py), and what their security
+    # protocols need: SASL settings, TLS material and the mTLS principal mapping rules.
+    listeners: list[ListenerConfig] = field(default_factory=list)
+    sasl: SaslSettings = field(default_factory=SaslSettings)
     # Other zones' proxies, so clients of unknown zone can be pointed at them (KIP-392).
     peers: list[ProxyEndpoint] = field(default_factory=list)
     zones: dict[str, str | None] = field(default_factory=dict)  # zone name -> AZ id

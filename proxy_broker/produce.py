@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -164,7 +165,8 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
             return None
         # Failures the main answered, or a main this proxy cannot reach: KIP-951 hints in
         # this zone's view (the zone's main or this proxy), as Metadata through it shows.
-        endpoints = fill_produce_hints(header.api_version, topics_out, proxy.leader_hints)
+        hints = partial(proxy.leader_hints, listener=ctx.conn.listener)
+        endpoints = fill_produce_hints(header.api_version, topics_out, hints)
         # Frame parts that carry each topic's size, for per-topic traffic accounting.
         return produce_response_parts(
             header.api_version,

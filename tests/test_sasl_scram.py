@@ -241,6 +241,18 @@ def test_a_nonce_other_than_the_exchanges_is_refused(nonce: str) -> None:
     assert exc.reason == "the nonce is not the one of this exchange"
 
 
+def test_a_nonce_that_ends_with_the_exchanges_is_taken_as_kafka_takes_it() -> None:
+    """librdkafka 2.0.2 (Debian's kcat) sends its nonce again before the whole one; Kafka's
+    ScramSaslServer checks endsWith, so the proof decides."""
+    s = server()
+    client = Client("SCRAM-SHA-256", "alice", "alice-secret")
+    server_first = s.first(client.first())
+    full = dict(a.split("=", 1) for a in server_first.decode().split(","))["r"]
+    final = client.final(server_first, nonce=client.nonce + full)
+    assert s.final(final) == b"v=" + base64.b64encode(client.server_signature)
+    assert s.user == "alice"
+
+
 @pytest.mark.parametrize(
     ("gs2_header", "binding"),
     [

@@ -12,8 +12,8 @@ import trio
 
 from kafka_wire.acl.rules import AclBinding
 from kafka_wire.sasl.scram import server_key, stored_key
+from kafka_wire.security_docs import AclsDoc, ScramDoc, SecurityDocError
 from main_broker.security.doc_store import ObjectDocuments, WalDocuments
-from main_broker.security.docs import AclsDoc, ScramDoc, SecurityDocError
 from main_broker.security.scram import derive_credential
 from s3_commit import AsyncObjectStore, FileObjectStore
 from shared_wal import WalConfig

@@ -285,7 +285,9 @@ class ScramServer:
             raise self._fail(_malformed("base64 in the client-final-message")) from None
         if binding != self._gs2_header:
             raise self._fail("the channel binding (c=) is not the gs2 header")
-        if attrs[1][2:] != self._full_nonce:
+        # As Kafka's ScramSaslServer: the nonce must end with this exchange's, not equal it.
+        # librdkafka 2.0 (Debian's kcat) sends its own part twice before the server's.
+        if not attrs[1][2:].endswith(self._full_nonce):
             raise self._fail("the nonce is not the one of this exchange")
         if len(proof) != len(credential.stored_key):
             raise self._fail("the client proof has the wrong length")

@@ -21,8 +21,8 @@ from kafka_wire.acl.rules import (
     delete_filter_error,
     matching,
 )
+from kafka_wire.security_docs import AclsDoc, ScramDoc, SecurityDocError
 from kafka_wire.server_loop import CloseConnection
-from main_broker.security.docs import AclsDoc, ScramDoc, SecurityDocError
 from main_broker.security.scram import Deletion, Upsertion, alter_credentials, describe_credentials
 from s3_commit import ObjectStoreError
 from shared_wal import WalError
@@ -238,3 +238,20 @@ async def alter_user_scram_credentials(
             for user in users
         ]
     return {"results": results}
+
+
+async def sasl_handshake(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """On a listener without SASL, as Kafka answers it: ILLEGAL_SASL_STATE, no mechanisms
+    (a SASL listener's gate answers before a processor sees the request)."""
+    return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+
+
+async def sasl_authenticate(
+    broker: BrokerServices, ctx: RequestContext, req: Any
+) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.illegal_sasl_state,
+        "error_message": f"SaslAuthenticate on listener {ctx.conn.listener}, which has no SASL",
+        "auth_bytes": b"",
+        "session_lifetime": 0,
+    }

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from kafka_wire.security_docs import DOC_PREFIX, doc_key
 from s3_commit import AsyncObjectStore, ConditionalPutUnknown, ObjectStoreError, PreconditionFailed
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ __all__ = ["DOC_PREFIX", "MAX_CAS_ATTEMPTS", "DocumentStore", "ObjectDocuments",
 
 log = logging.getLogger("zonefleet.main_broker.docs")
 
-DOC_PREFIX = "cluster/"
 MAX_CAS_ATTEMPTS = 50
 
 Change = Callable[[bytes | None], bytes | None]
@@ -54,7 +54,7 @@ class ObjectDocuments:
         self._lock = trio.Lock()  # this main's own writers take turns instead of conflicting
 
     def key(self, name: str) -> str:
-        return f"{self.prefix}{name}.json"
+        return doc_key(name, self.prefix)
 
     async def load(self, name: str) -> bytes | None:
         found = await self.store.get(self.key(name))

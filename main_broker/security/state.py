@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from kafka_wire.security_docs import ACLS_DOC, SCRAM_DOC, AclsDoc, ScramDoc
 from main_broker.security.doc_store import DocumentStore
-from main_broker.security.docs import ACLS_DOC, SCRAM_DOC, AclsDoc, ScramDoc
 from s3_commit import ObjectStoreError
 
 if TYPE_CHECKING:

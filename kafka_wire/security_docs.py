@@ -1,8 +1,8 @@
 """The access-list and SCRAM-credential documents: their bytes and their changes.
 
-Pure data; `main_broker.security.doc_store` keeps them durable (object store by compare-and-swap
-with several mains, the WAL for a lone main). UTF-8 JSON without spaces (docs/formats.md, "ACL
-and SCRAM documents"):
+Pure data, read by mains and zone proxies; `main_broker.security.doc_store` keeps them
+durable (object store by compare-and-swap with several mains, the WAL for a lone main).
+UTF-8 JSON without spaces (docs/formats.md, "ACL and SCRAM documents"):
 
     acls.json:  {"format": 1, "version": int,
                  "acls": [[resource type, name, pattern type, principal, host, operation,
@@ -22,18 +22,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_wire.acl.rules import AclBinding
-from main_broker.security.scram import MECHANISMS, ScramCredential
+from kafka_wire.sasl.scram import MECHANISMS, ScramCredential
 
-__all__ = ["ACLS_DOC", "SCRAM_DOC", "AclsDoc", "ScramDoc", "SecurityDocError"]
+__all__ = [
+    "ACLS_DOC",
+    "DOC_PREFIX",
+    "SCRAM_DOC",
+    "AclsDoc",
+    "ScramDoc",
+    "SecurityDocError",
+    "doc_key",
+]
 
 FORMAT = 1
 ACLS_DOC = "acls"
 SCRAM_DOC = "scram"
+DOC_PREFIX = "cluster/"  # with a metadata store, each document is the object cluster/<name>.json
 _MECHANISM_TYPES = {name: code for code, (name, _) in MECHANISMS.items()}
 
 
 class SecurityDocError(ValueError):
     pass
+
+
+def doc_key(name: str, prefix: str = DOC_PREFIX) -> str:
+    """The object key of document `name` in the cluster metadata store."""
+    return f"{prefix}{name}.json"
 
 
 def _load(data: bytes, what: str) -> dict[str, Any]:
@@ -132,6 +146,11 @@ class ScramDoc:
         except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
             raise SecurityDocError(f"corrupt SCRAM document: {exc!r}") from None
         return cls(raw["version"], creds)
+
+    def credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """`user`'s credential for a mechanism named as SASL names it (SCRAM-SHA-256)."""
+        code = _MECHANISM_TYPES.get(mechanism)
+        return None if code is None else self.credentials.get((user, code))
 
     def with_credentials(self, credentials: dict[tuple[str, int], ScramCredential]) -> ScramDoc:
         if credentials == self.credentials:

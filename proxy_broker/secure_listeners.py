@@ -1,0 +1,126 @@
+"""A proxy's named listeners (SSL, SASL_PLAINTEXT, SASL_SSL), authenticated in the zone.
+
+SCRAM credentials are the fleet's own, stored by the mains in the cluster metadata store
+(`cluster/scram.json`, docs/formats.md); the proxy reads them from that regional store every
+`SCRAM_REFRESH_S`, so an authentication never waits on a main in another zone. A changed or
+removed credential takes effect within that time (plus one read). PLAIN checks against the
+node's credentials file of hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import trio
+
+from kafka_wire.listeners import ListenerConfig, ListenerError, accept_secured
+from kafka_wire.sasl.errors import SaslAuthenticationFailed
+from kafka_wire.sasl.gate import SaslListener, SaslSettings, sasl_listener
+from kafka_wire.sasl.plain import PlainCredentials, load_credentials
+from kafka_wire.sasl.scram import ScramCredential
+from kafka_wire.security_docs import SCRAM_DOC, ScramDoc, SecurityDocError, doc_key
+from kafka_wire.server_loop import ConnectionGate, ConnectionInfo
+from s3_commit import AsyncObjectStore, ObjectStoreError
+from telemetry import BadInputLog, BrokerMetrics
+
+__all__ = ["SCRAM_REFRESH_S", "ProxyListeners"]
+
+log = logging.getLogger("zonefleet.proxy.listeners")
+
+SCRAM_REFRESH_S: Final = 5.0
+
+Serve = Callable[
+    [trio.abc.Stream, ConnectionInfo, Callable[[ConnectionInfo], ConnectionGate] | None],
+    Awaitable[None],
+]
+
+
+class ProxyListeners:
+    def __init__(
+        self,
+        listeners: list[ListenerConfig],
+        settings: SaslSettings,
+        fleet_secret: bytes,
+        metrics: BrokerMetrics,
+        bad_input: BadInputLog,
+    ) -> None:
+        self.listeners = listeners
+        self.settings = settings
+        self.metrics = metrics
+        self.bad_input = bad_input
+        self.scram = ScramDoc()
+        self.scram_synced = trio.Event()  # the stored credentials were read once
+        self.plain = PlainCredentials({})
+        self.bound: dict[str, int] = {}  # listener name -> bound port
+        self.sasl: SaslListener | None = None
+        for lst in listeners:
+            if lst.tls:
+                raise ListenerError(
+                    f"listener {lst.name} is {lst.protocol}: TLS listeners need ssl settings"
+                )
+        if any(lst.sasl for lst in listeners):
+            if settings.plain_credentials_file is not None:
+                with open(settings.plain_credentials_file, "rb") as f:
+                    self.plain = load_credentials(f.read())
+            # The fake salt of an unknown user must not change across restarts or nodes.
+            fake = hashlib.sha256(b"zonefleet scram fake salt\0" + fleet_secret).digest()
+            self.sasl = sasl_listener(
+                settings, self._scram_credential, self.plain.get, fake, bad_input, self._failed
+            )
+
+    def _scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        return self.scram.credential(user, mechanism)
+
+    def _failed(self, conn: ConnectionInfo, failure: SaslAuthenticationFailed) -> None:
+        self.metrics.auth_failures.labels(conn.listener, failure.mechanism).inc()
+
+    def advertised(self) -> tuple[tuple[str, str, int], ...]:
+        """(name, host, port) of each listener, once bound."""
+        return tuple(
+            (lst.name, *lst.advertised(self.bound.get(lst.name))) for lst in self.listeners
+        )
+
+    async def serve(self, nursery: trio.Nursery, serve: Serve) -> None:
+        """Starts every named listener in `nursery`; returns once all are bound."""
+        for lst in self.listeners:
+            handler = _Accept(self, lst, serve)
+            bound = await nursery.start(partial_serve_tcp(handler, lst))
+            self.bound[lst.name] = bound[0].socket.getsockname()[1]
+            log.info("listener %s (%s) on %s:%d", lst.name, lst.protocol, lst.host,
+                     self.bound[lst.name])  # fmt: skip
+
+    async def keep_scram_fresh(self, store: AsyncObjectStore) -> None:
+        key = doc_key(SCRAM_DOC)
+        while True:
+            try:
+                found = await store.get(key)
+                self.scram = ScramDoc() if found is None else ScramDoc.from_bytes(found[0])
+                self.scram_synced.set()
+            except (ObjectStoreError, SecurityDocError) as exc:
+                log.warning("SCRAM credentials not refreshed from %s: %s", key, exc)
+            await trio.sleep(SCRAM_REFRESH_S)
+
+
+class _Accept:
+    def __init__(self, owner: ProxyListeners, listener: ListenerConfig, serve: Serve) -> None:
+        self.owner = owner
+        self.listener = listener
+        self.serve = serve
+
+    async def __call__(self, stream: trio.SocketStream) -> None:
+        owner = self.owner
+        gate = owner.sasl.gate if owner.sasl is not None else None
+        await accept_secured(
+            stream, self.listener, self.serve, ssl_context=None, gate=gate,
+            bad_input=owner.bad_input,
+        )  # fmt: skip
+
+
+def partial_serve_tcp(handler: _Accept, listener: ListenerConfig) -> Callable[..., Awaitable[None]]:
+    async def run(task_status: trio.TaskStatus[list[trio.SocketListener]]) -> None:
+        await trio.serve_tcp(handler, listener.port, host=listener.host, task_status=task_status)
+
+    return run
