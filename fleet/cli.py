@@ -15,6 +15,7 @@ from pathlib import Path
 import trio
 
 from fleet.config import (
+    ZONE_PORT_STRIDE,
     ConfigError,
     FleetConfig,
     MainBrokerNode,
@@ -24,6 +25,7 @@ from fleet.config import (
     local_zones_fleet_toml,
 )
 from fleet.inspect_cli import add_inspect_parser, run_inspect_command
+from fleet.local_tls import write_local_tls
 from fleet.logs import configure_logging
 from fleet.node import run_main_broker_node, run_proxy_node
 from fleet.node_config import add_node_config_parser, run_node_config_command
@@ -78,6 +80,13 @@ def _build_parser() -> argparse.ArgumentParser:
         f"{DEFAULT_ZONES}); 1: a lone main broker",
     )
     up.add_argument("--log-format", choices=["text", "json"], default=None)
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="generate a throwaway CA and certificates under <data-dir>/tls and give each "
+        "zone proxy a SASL_SSL listener (+10*K+5, user admin with PLAIN) and an mTLS listener "
+        "(+10*K+6); prints the client settings",
+    )
     up.add_argument(
         "--single-process",
         action="store_true",
@@ -150,7 +159,22 @@ def _up_config(args: argparse.Namespace) -> tuple[Path, FleetConfig]:
         return Path(args.config).resolve(), load_fleet_config(args.config)
     path = data_dir / "fleet.toml"
     if args.zones == 1:
+        if args.tls:
+            raise ConfigError("--tls puts its listeners on zone proxies: use --zones 2 or more")
         text = local_fleet_toml(data_dir, args.base_port)
+    elif args.tls:
+        tls = write_local_tls(data_dir)
+        text = local_zones_fleet_toml(
+            data_dir,
+            args.base_port,
+            args.zones,
+            secrets.token_hex(32),
+            security_toml=tls.security_toml(),
+            proxy_listeners=tls.proxy_listeners_toml,
+        )
+        for k in range(1, args.zones + 1):
+            for line in tls.client_settings(args.base_port + ZONE_PORT_STRIDE * k):
+                print(f"zone=az{k} client {line}", flush=True)
     else:
         text = local_zones_fleet_toml(data_dir, args.base_port, args.zones, secrets.token_hex(32))
     # The file may hold the internal secret: readable by its owner only.

@@ -115,6 +115,7 @@ from fleet.zone_discovery import DiscoveredZone, discover_zone_blocking, imds_en
 from internal_rpc.auth import MIN_SECRET_BYTES
 from kafka_wire.listeners import ListenerConfig, ListenerError, parse_listener
 from kafka_wire.sasl.gate import SaslSettings
+from kafka_wire.tls import TlsSettings
 from main_broker.config import BrokerConfig, MainPeer
 from main_broker.group_config import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs
@@ -657,8 +658,33 @@ def _security(proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path) -> 
         reauth_ms=int(raw.get("connections_max_reauth_ms", 0)),
         failed_delay_ms=int(raw.get("connection_failed_authentication_delay_ms", 100)),
     )
+    tls = _tls_settings(raw, base_dir)
+    rules = raw.get("ssl_principal_mapping_rules")
     for p in proxies:
         p.proxy.sasl = settings
+        p.proxy.tls = tls
+        p.proxy.ssl_principal_mapping_rules = None if rules is None else str(rules)
+
+
+def _tls_settings(raw: dict[str, Any], base_dir: Path) -> TlsSettings | None:
+    """[security] ssl_certfile, ssl_keyfile (PEM), ssl_cafile, ssl_client_auth,
+    ssl_key_password: the TLS material of every SSL and SASL_SSL listener."""
+    cert, key = raw.get("ssl_certfile"), raw.get("ssl_keyfile")
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ConfigError("[security] needs both ssl_certfile and ssl_keyfile, or neither")
+    ca = raw.get("ssl_cafile")
+    try:
+        return TlsSettings(
+            cert_file=str(base_dir / str(cert)),
+            key_file=str(base_dir / str(key)),
+            ca_file=None if ca is None else str(base_dir / str(ca)),
+            client_auth=raw.get("ssl_client_auth", "none"),
+            key_password=raw.get("ssl_key_password"),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"[security] {exc}") from None
 
 
 def _may_share_a_host(a: str, b: str) -> bool:
@@ -874,13 +900,23 @@ MAIN_KAFKA_OFFSET, MAIN_ADMIN_OFFSET, MAIN_RPC_OFFSET = 2, 3, 4
 PROXY_NODE_ID_BASE = 100  # proxy K is node 100+K; main K is node K
 
 
-def local_zones_fleet_toml(data_dir: Path, base_port: int, zones: int, secret: str) -> str:
+def local_zones_fleet_toml(
+    data_dir: Path,
+    base_port: int,
+    zones: int,
+    secret: str,
+    *,
+    security_toml: str = "",
+    proxy_listeners: Callable[[int], str] | None = None,
+) -> str:
     """The fleet of `zonefleet up --zones N`: in each zone azK (K = 1..N) a main broker
     (node K) and a zone proxy (node 100+K), sharing one WAL directory and one cluster
     metadata document, with partitions placed across the mains.
 
     Ports, from base + 10*K: proxy kafka +0, proxy admin +1, main kafka +2, main admin +3,
-    main internal RPC +4. So the fleet uses base+10 .. base+10*N+4.
+    main internal RPC +4. So the fleet uses base+10 .. base+10*N+4. `security_toml` (a
+    [security] table) and `proxy_listeners(zone base port)` (a proxy's `listeners = [...]`)
+    add named listeners (`zonefleet up --tls`, fleet/local_tls.py).
     """
     if zones < 1:
         raise ConfigError("--zones must be at least 1")
@@ -897,6 +933,8 @@ secret = "{secret}"
 url = "osfs://{data_dir / "wal"}"
 """
     ]
+    if security_toml:
+        parts.append(security_toml)
     for k in range(1, zones + 1):
         parts.append(f'[[zones]]\nname = "az{k}"\naz_id = "use1-az{k}"\n')
     parts.append(f'[metadata]\nurl = "file://{data_dir / "metadata"}"\n')
@@ -928,5 +966,6 @@ host = "127.0.0.1"
 port = {port}
 admin_port = {port + 1}
 """
+            + (proxy_listeners(port - PROXY_KAFKA_OFFSET) if proxy_listeners else "")
         )
     return "\n".join(parts)

@@ -52,6 +52,8 @@ class ListenerConfig:
     port: int  # 0: any free port (tests); the bound one is advertised
     advertised_host: str | None = None
     advertised_port: int | None = None
+    # Kafka's listener.name.<name>.ssl.client.auth; None: the node's ssl_client_auth.
+    client_auth: Literal["required", "requested", "none"] | None = None
 
     @property
     def tls(self) -> bool:
@@ -82,6 +84,12 @@ def parse_listener(raw: dict[str, object], where: str, default_host: str) -> Lis
     except (KeyError, TypeError, ValueError):
         raise ListenerError(f"{where}: listener {name} needs a port") from None
     adv_port = raw.get("advertised_port")
+    client_auth = raw.get("ssl_client_auth")
+    if client_auth is not None and client_auth not in ("required", "requested", "none"):
+        raise ListenerError(
+            f"{where}: listener {name} has ssl_client_auth {client_auth!r}, not one of "
+            "required, requested, none"
+        )
     return ListenerConfig(
         name=name,
         protocol=protocol,  # type: ignore[arg-type]
@@ -89,6 +97,7 @@ def parse_listener(raw: dict[str, object], where: str, default_host: str) -> Lis
         port=port,
         advertised_host=None if raw.get("advertised_host") is None else str(raw["advertised_host"]),
         advertised_port=None if adv_port is None else int(adv_port),  # type: ignore[call-overload]
+        client_auth=client_auth,  # type: ignore[arg-type]
     )
 
 
@@ -105,7 +114,7 @@ async def accept_secured(
     handler: Handler,
     *,
     ssl_context: Callable[[], ssl.SSLContext] | None,
-    principal_of_cert: Callable[[dict[str, object]], str | None] | None = None,
+    principal_of_cert: Callable[[bytes | None], str] | None = None,
     gate: Callable[[ConnectionInfo], ConnectionGate] | None = None,
     bad_input: BadInputLog | None = None,
 ) -> None:
@@ -135,10 +144,17 @@ async def accept_secured(
                 await stream.aclose()
             return
         served = tls
-        cert = tls.getpeercert()
+        cert = tls.getpeercert(binary_form=True)
         if cert and principal_of_cert is not None:
-            principal = principal_of_cert(cert)
-            if principal is not None:
-                conn.identity.principal = principal
-                conn.identity.mechanism = "SSL"
+            try:
+                conn.identity.principal = principal_of_cert(cert)
+            except LookupError as exc:  # no ssl.principal.mapping.rules rule applies
+                (bad_input or BadInputLog(log)).warn(
+                    conn.peer_host, "tls", "refusing %s:%s on listener %s: %s",
+                    conn.peer_host, conn.peer_port, listener.name, exc,
+                )  # fmt: skip
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await tls.aclose()
+                return
+            conn.identity.mechanism = "SSL"
     await handler(served, conn, gate if listener.sasl else None)

@@ -144,7 +144,13 @@ class ProxyBroker:
         self.registrar: NodeRegistrar | None = None
         self._prepared: OrderedDict[tuple[int, int], memoryview] = OrderedDict()
         self.secure = ProxyListeners(
-            config.listeners, config.sasl, config.rpc_secret, self.metrics, self.bad_input
+            config.listeners,
+            config.sasl,
+            config.rpc_secret,
+            self.metrics,
+            self.bad_input,
+            config.tls,
+            config.ssl_principal_mapping_rules,
         )
         self.topology = self._topology()
         self.wal: WalWriter

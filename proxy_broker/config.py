@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kafka_wire.listeners import ListenerConfig
 from kafka_wire.sasl.gate import SaslSettings
+from kafka_wire.tls import TlsSettings
 from shared_wal import WalConfig
 from telemetry import REGIONAL_ZONE
 from telemetry.ledger_upload import DEFAULT_UPLOAD_INTERVAL_S
@@ -47,6 +48,8 @@ class ProxyConfig:
     # protocols need: SASL settings, TLS material and the mTLS principal mapping rules.
     listeners: list[ListenerConfig] = field(default_factory=list)
     sasl: SaslSettings = field(default_factory=SaslSettings)
+    tls: TlsSettings | None = None
+    ssl_principal_mapping_rules: str | None = None  # Kafka's; None: DEFAULT (the whole DN)
     # Other zones' proxies, so clients of unknown zone can be pointed at them (KIP-392).
     peers: list[ProxyEndpoint] = field(default_factory=list)
     zones: dict[str, str | None] = field(default_factory=dict)  # zone name -> AZ id

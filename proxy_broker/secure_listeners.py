@@ -5,12 +5,19 @@ SCRAM credentials are the fleet's own, stored by the mains in the cluster metada
 `SCRAM_REFRESH_S`, so an authentication never waits on a main in another zone. A changed or
 removed credential takes effect within that time (plus one read). PLAIN checks against the
 node's credentials file of hashes.
+
+TLS listeners share the node's certificate (`[security]` ssl_* settings), each with its own
+`ssl.client.auth`; the files are polled every `TLS_RELOAD_S` and reloaded on SIGHUP, and a
+new handshake uses what they hold then. A client certificate's subject is the principal
+(Kafka's `ssl.principal.mapping.rules`) unless SASL names another.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -23,6 +30,7 @@ from kafka_wire.sasl.plain import PlainCredentials, load_credentials
 from kafka_wire.sasl.scram import ScramCredential
 from kafka_wire.security_docs import SCRAM_DOC, ScramDoc, SecurityDocError, doc_key
 from kafka_wire.server_loop import ConnectionGate, ConnectionInfo
+from kafka_wire.tls import ReloadingContext, SslPrincipalMapper, TlsSettings, ssl_principal, watch
 from s3_commit import AsyncObjectStore, ObjectStoreError
 from telemetry import BadInputLog, BrokerMetrics
 
@@ -31,6 +39,7 @@ __all__ = ["SCRAM_REFRESH_S", "ProxyListeners"]
 log = logging.getLogger("zonefleet.proxy.listeners")
 
 SCRAM_REFRESH_S: Final = 5.0
+TLS_RELOAD_S: Final = 5.0
 
 Serve = Callable[
     [trio.abc.Stream, ConnectionInfo, Callable[[ConnectionInfo], ConnectionGate] | None],
@@ -46,6 +55,8 @@ class ProxyListeners:
         fleet_secret: bytes,
         metrics: BrokerMetrics,
         bad_input: BadInputLog,
+        tls: TlsSettings | None = None,
+        principal_rules: str | None = None,
     ) -> None:
         self.listeners = listeners
         self.settings = settings
@@ -56,11 +67,20 @@ class ProxyListeners:
         self.plain = PlainCredentials({})
         self.bound: dict[str, int] = {}  # listener name -> bound port
         self.sasl: SaslListener | None = None
+        # One context per ssl.client.auth in use; built now, so bad material stops the node.
+        self.tls: dict[str, ReloadingContext] = {}
+        self.mapper = SslPrincipalMapper.from_rules(principal_rules)
         for lst in listeners:
-            if lst.tls:
+            if not lst.tls:
+                continue
+            if tls is None:
                 raise ListenerError(
-                    f"listener {lst.name} is {lst.protocol}: TLS listeners need ssl settings"
+                    f"listener {lst.name} is {lst.protocol}: TLS listeners need the "
+                    "[security] ssl_certfile and ssl_keyfile"
                 )
+            auth = lst.client_auth or tls.client_auth
+            if auth not in self.tls:
+                self.tls[auth] = ReloadingContext(dataclasses.replace(tls, client_auth=auth))
         if any(lst.sasl for lst in listeners):
             if settings.plain_credentials_file is not None:
                 with open(settings.plain_credentials_file, "rb") as f:
@@ -83,8 +103,35 @@ class ProxyListeners:
             (lst.name, *lst.advertised(self.bound.get(lst.name))) for lst in self.listeners
         )
 
+    def tls_context(self, listener: ListenerConfig) -> ReloadingContext | None:
+        if not listener.tls:
+            return None
+        settings = next(iter(self.tls.values())).settings
+        return self.tls[listener.client_auth or settings.client_auth]
+
+    def principal_of_cert(self, cert_der: bytes | None) -> str:
+        return ssl_principal(self.mapper, cert_der)
+
+    def reload_tls(self) -> None:
+        for ctx in self.tls.values():
+            ctx.reload()
+
+    async def _reload_on_sighup(self) -> None:
+        try:
+            receiver = trio.open_signal_receiver(signal.SIGHUP)
+        except (RuntimeError, ValueError):  # not the main thread (nodes sharing a process)
+            return
+        with receiver as signals:
+            async for _ in signals:
+                log.info("SIGHUP: reloading TLS material")
+                self.reload_tls()
+
     async def serve(self, nursery: trio.Nursery, serve: Serve) -> None:
         """Starts every named listener in `nursery`; returns once all are bound."""
+        for ctx in self.tls.values():
+            nursery.start_soon(watch, ctx, TLS_RELOAD_S)
+        if self.tls:
+            nursery.start_soon(self._reload_on_sighup)
         for lst in self.listeners:
             handler = _Accept(self, lst, serve)
             bound = await nursery.start(partial_serve_tcp(handler, lst))
@@ -113,10 +160,16 @@ class _Accept:
     async def __call__(self, stream: trio.SocketStream) -> None:
         owner = self.owner
         gate = owner.sasl.gate if owner.sasl is not None else None
+        tls = owner.tls_context(self.listener)
         await accept_secured(
-            stream, self.listener, self.serve, ssl_context=None, gate=gate,
+            stream,
+            self.listener,
+            self.serve,
+            ssl_context=None if tls is None else (lambda: tls.context),
+            principal_of_cert=owner.principal_of_cert,
+            gate=gate,
             bad_input=owner.bad_input,
-        )  # fmt: skip
+        )
 
 
 def partial_serve_tcp(handler: _Accept, listener: ListenerConfig) -> Callable[..., Awaitable[None]]:
