@@ -215,6 +215,9 @@ def run(rounds: int, seed: int, data_dir: Path, resume_timeout: float) -> dict[s
                 "produce_s": round(max(produce.values(), default=float("inf")), 3),
                 "fetch_s": round(max(fetch.values(), default=float("inf")), 3),
                 "resumed_s": round(worst, 3),
+                # Which zone/partition was last, produce and fetch: where the time went.
+                "slowest_produce": max(produce, key=produce.__getitem__, default=None),
+                "slowest_fetch": max(fetch, key=fetch.__getitem__, default=None),
             }
             results.append(row)
             print(json.dumps(row), flush=True)

@@ -128,24 +128,42 @@ def _wait_authenticates(fleet: ZoneFleet, zone: str, timeout: float = 60.0) -> N
     raise AssertionError(f"{zone}'s SASL listener never took alice: {last}")
 
 
-def _round_trip_confluent(fleet: ZoneFleet, zone: str, mech: str, user: str, pw: str) -> None:
-    topic = f"sasl-{uuid.uuid4().hex[:8]}"
-    create_topic(fleet, zone, topic, 2)
-    conf = _sasl_config(fleet, zone, mech, user, pw)
-    producer = Producer({**conf, "enable.idempotence": True, "acks": "all"})
-    for i in range(50):
+def round_trip(producer_conf: dict[str, Any], consumer_conf: dict[str, Any], n: int) -> None:
+    """`n` records produced with one client config and all read back with another (a new
+    group from the earliest offset), on a new topic."""
+    topic = f"secure-{uuid.uuid4().hex[:8]}"
+    producer = Producer({**producer_conf, "enable.idempotence": True, "acks": "all"})
+    for i in range(n):
         producer.produce(topic, f"v{i}".encode(), key=str(i % 2).encode())
     assert producer.flush(30) == 0
-    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {**consumer_conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+    )
     consumer.subscribe([topic])
     got: list[bytes] = []
     deadline = time.monotonic() + 60
-    while len(got) < 50 and time.monotonic() < deadline:
+    while len(got) < n and time.monotonic() < deadline:
         msg = consumer.poll(1.0)
         if msg is not None and msg.error() is None:
             got.append(msg.value())
     consumer.close()
-    assert sorted(got) == sorted(f"v{i}".encode() for i in range(50))
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(n))
+
+
+def values_read(consumer: Any, n: int) -> set[bytes]:
+    """The values a kafka-python consumer reads until it has `n` distinct ones (or times out)."""
+    values: set[bytes] = set()
+    for msg in consumer:
+        values.add(msg.value)
+        if len(values) == n:
+            break
+    consumer.close()
+    return values
+
+
+def _round_trip_confluent(fleet: ZoneFleet, zone: str, mech: str, user: str, pw: str) -> None:
+    conf = _sasl_config(fleet, zone, mech, user, pw)
+    round_trip(conf, conf, 50)
 
 
 def test_confluent_kafka_scram_512_and_256_and_plain_through_every_proxy(
@@ -224,13 +242,7 @@ def test_kcat_kafka_python_and_aiokafka_over_scram(
         auto_offset_reset="earliest",
         consumer_timeout_ms=20000,
     )
-    values = set()
-    for msg in consumer:
-        values.add(msg.value)
-        if len(values) == 5:
-            break
-    consumer.close()
-    assert values == {b"k1", b"k2", b"k3", b"kp1", b"aio1"}
+    assert values_read(consumer, 5) == {b"k1", b"k2", b"k3", b"kp1", b"aio1"}
 
 
 # -- refusals ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives import serialization
 
 from fleet.certs import issue_certificate, write_certificate, write_private_key
 from tests.fleet_process import FleetProcess
+from tests.test_e2e_sasl_proxies import round_trip, values_read
 from tests.zone_fleet import PORT_BLOCK, free_port_block
 
 ZONES = ("az1", "az2", "az3")
@@ -73,29 +74,9 @@ def tls_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsFleet]:
         assert code == 0, "zonefleet up did not stop cleanly:\n" + "".join(proc.output[-40:])
 
 
-def _round_trip(producer_conf: dict[str, Any], consumer_conf: dict[str, Any], n: int) -> None:
-    topic = f"tls-{uuid.uuid4().hex[:8]}"
-    producer = Producer({**producer_conf, "enable.idempotence": True})
-    for i in range(n):
-        producer.produce(topic, f"v{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer(
-        {**consumer_conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(got) < n and time.monotonic() < deadline:
-        msg = consumer.poll(1.0)
-        if msg is not None and msg.error() is None:
-            got.append(msg.value())
-    consumer.close()
-    assert sorted(got) == sorted(f"v{i}".encode() for i in range(n))
-
-
 def test_sasl_ssl_produce_and_mtls_consume_across_zones(tls_fleet: TlsFleet) -> None:
-    _round_trip(tls_fleet.conf("az1", "SASL_SSL"), tls_fleet.conf("az2", "SSL"), 40)
-    _round_trip(tls_fleet.conf("az3", "SSL"), tls_fleet.conf("az3", "SASL_SSL"), 40)
+    round_trip(tls_fleet.conf("az1", "SASL_SSL"), tls_fleet.conf("az2", "SSL"), 40)
+    round_trip(tls_fleet.conf("az3", "SSL"), tls_fleet.conf("az3", "SASL_SSL"), 40)
 
 
 def test_scram_over_tls_with_kcat_kafka_python_and_aiokafka(tls_fleet: TlsFleet) -> None:
@@ -165,13 +146,7 @@ def test_scram_over_tls_with_kcat_kafka_python_and_aiokafka(tls_fleet: TlsFleet)
         auto_offset_reset="earliest",
         consumer_timeout_ms=20000,
     )
-    values = set()
-    for msg in consumer:
-        values.add(msg.value)
-        if len(values) == 3:
-            break
-    consumer.close()
-    assert values == {b"kc1", b"kp1", b"aio1"}
+    assert values_read(consumer, 3) == {b"kc1", b"kp1", b"aio1"}
 
 
 def _refused(conf: dict[str, Any]) -> list[KafkaError]:
@@ -281,4 +256,4 @@ def test_a_new_server_certificate_is_used_without_a_restart(tls_fleet: TlsFleet)
         time.sleep(0.5)
     assert _serial(port, tls / "ca.pem") == cert.serial_number
     # Clients keep working on the new certificate.
-    _round_trip(tls_fleet.conf("az2", "SASL_SSL"), tls_fleet.conf("az2", "SSL"), 5)
+    round_trip(tls_fleet.conf("az2", "SASL_SSL"), tls_fleet.conf("az2", "SSL"), 5)

@@ -127,7 +127,7 @@ def test_a_zone_main_that_is_down_is_reached_through_the_zone_proxy() -> None:
     assert topology().main_up(1)
     result = rewrite_metadata(metadata(), A, down)
     assert brokers(result.data) == [
-        (1, "m1.a", 9001, A),
+        (1, "p1.a", 9101, A),  # at the proxy's address while it is down
         (4, "m4.a", 9004, A),
         (101, "p1.a", 9101, A),
     ]

@@ -20,7 +20,7 @@ Three views, picked by ``client_view``:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, TypeVar
 
 from zone_router.topology import Node, Topology
@@ -78,11 +78,18 @@ class ClientView:
         topo = self.topology
         if self.mode == "zone":
             assert self.proxy is not None
-            # A zone main that is down stays listed (nothing is led by it): librdkafka
-            # decommissions a broker that Metadata stops naming, yet still sends a cached
-            # coordinator's requests to it, and then waits forever for a connection.
-            listed = [m for m in topo.mains_in(self.zone) if m.node_id not in topo.unlisted]
-            nodes = (*listed, self.proxy)
+            # A zone main that is down stays listed, leading nothing, at the proxy's address:
+            # librdkafka decommissions a broker that Metadata stops naming, yet may still send
+            # a cached coordinator's requests to it and then wait forever for a connection;
+            # listed at its own address, its clients would retry a dead port. The proxy serves
+            # whatever reaches it under that id (it relays to the main, or says it is gone).
+            proxy = self.proxy
+            listed = [
+                m if topo.main_up(m.node_id) else replace(m, host=proxy.host, port=proxy.port)
+                for m in topo.mains_in(self.zone)
+                if m.node_id not in topo.unlisted
+            ]
+            nodes = (*listed, proxy)
         elif self.mode == "unknown":
             nodes = (*topo.mains, *topo.live_proxies)
         else:
