@@ -8,7 +8,7 @@ sockets.
 - `principal`: Kafka's `ssl.principal.mapping.rules` (KIP-371), from that string to
   `User:<name>`.
 
-Not wired to any listener yet.
+`kafka_wire.listeners` puts them on a listener; zone proxies serve SSL and SASL_SSL with them.
 """
 
 from kafka_wire.tls.context import (
