@@ -119,6 +119,7 @@ from kafka_wire.tls import TlsSettings
 from main_broker.config import BrokerConfig, MainPeer
 from main_broker.group_config import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs
+from proxy_broker.access import AclSettings
 from proxy_broker.config import MainEndpoint, ProxyConfig, ProxyEndpoint
 from shared_wal import WalConfig
 from telemetry.ledger_upload import DEFAULT_UPLOAD_INTERVAL_S, MAX_UPLOAD_INTERVAL_S
@@ -660,7 +661,18 @@ def _security(proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path) -> 
     )
     tls = _tls_settings(raw, base_dir)
     rules = raw.get("ssl_principal_mapping_rules")
+    super_users = raw.get("super_users", [])
+    if not isinstance(super_users, list) or not all(
+        isinstance(u, str) and ":" in u for u in super_users
+    ):
+        raise ConfigError('[security] super_users is a list of principals ("User:admin")')
+    acl = AclSettings(
+        enabled=bool(raw.get("authorizer", False)),
+        super_users=frozenset(super_users),
+        allow_everyone_if_no_acl_found=bool(raw.get("allow_everyone_if_no_acl_found", False)),
+    )
     for p in proxies:
+        p.proxy.acl = acl
         p.proxy.sasl = settings
         p.proxy.tls = tls
         p.proxy.ssl_principal_mapping_rules = None if rules is None else str(rules)

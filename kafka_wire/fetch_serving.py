@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -164,7 +164,12 @@ def _catching_up(part: FetchPartition[Any], want: _Want[Any], budget: int, taken
 _TopicWants = tuple[str, bytes, list[_Want[E]]]
 
 
-def _parse_wants(source: FetchSource[E], req: Any, version: int) -> list[_TopicWants[E]]:
+def _parse_wants(
+    source: FetchSource[E],
+    req: Any,
+    version: int,
+    authorized: Callable[[str], bool] | None = None,
+) -> list[_TopicWants[E]]:
     topics: list[_TopicWants[E]] = []
     for topic in req.topics:
         if version >= TOPIC_IDS_VERSION:
@@ -177,11 +182,16 @@ def _parse_wants(source: FetchSource[E], req: Any, version: int) -> list[_TopicW
             state = source.topic_by_name(name)
             topic_id = state.topic_id if state else NO_TOPIC_ID
         partitions = state.partitions if state else ()
+        # Checked before existence, as Kafka does: a denied name says nothing of its topic.
+        denied = authorized is not None and bool(name) and not authorized(name)
         wants: list[_Want[E]] = []
         for p in topic.partitions:
             part = partitions[p.partition] if 0 <= p.partition < len(partitions) else None
             result = FetchPartitionResult(index=p.partition)
-            if part is not None and not part.owned:
+            if denied:
+                part = None
+                result.error_code = ErrorCode.topic_authorization_failed
+            elif part is not None and not part.owned:
                 part = None
                 result.error_code = ErrorCode.not_leader_or_follower
             elif part is None:
@@ -253,6 +263,8 @@ async def serve_fetch(
     correlation_id: int,
     req: Any,
     hints: HintSource | None = None,
+    *,
+    authorized: Callable[[str], bool] | None = None,
 ) -> list[Buffer]:
     """Answer a decoded Fetch request (v4+) with the encoded response pieces.
 
@@ -260,6 +272,8 @@ async def serve_fetch(
     MAX_WAIT_CAP_SECONDS) passes. Fetch sessions are not supported: a non-zero session_id gets
     FETCH_SESSION_ID_NOT_FOUND, which makes clients fall back to full fetches. ``hints`` names
     the leader for partitions answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (KIP-951).
+    ``authorized(topic)`` says whether the client may READ a topic; the partitions of one it
+    may not are answered TOPIC_AUTHORIZATION_FAILED.
     """
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT_CAP_SECONDS)
     max_bytes = req.max_bytes if getattr(req, "max_bytes", None) is not None else DEFAULT_MAX_BYTES
@@ -272,7 +286,7 @@ async def serve_fetch(
             error_code=ErrorCode.fetch_session_id_not_found,
             session_id=0,
         )
-    wants = _parse_wants(source, req, version)
+    wants = _parse_wants(source, req, version, authorized)
     deadline = trio.current_time() + max(max_wait, 0.0)
     while True:
         # Taken before selecting, so data arriving while we select still wakes the wait.

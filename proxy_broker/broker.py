@@ -13,6 +13,7 @@ is in this zone, else this proxy. A client is never sent to another zone's node 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -26,12 +27,14 @@ import trio
 from internal_rpc import RpcClient, RpcError
 from internal_rpc.messages import MalformedMessage, RelayParams, RelayResult
 from internal_rpc.reports import report_unreachable
+from kafka_wire.acl import Operation, ResourceType
 from kafka_wire.codec import (
     MalformedRequest,
     RequestHeader,
     build_response,
     decode_request,
     decode_response,
+    encode_request,
     encode_response,
     entity_to_data,
 )
@@ -48,6 +51,7 @@ from kafka_wire.server_loop import (
     Finish,
     serve_connection,
 )
+from proxy_broker.access import NotAuthorized, ProxyAccess
 from proxy_broker.accounting import ProxyTraffic
 from proxy_broker.config import ProxyConfig
 from proxy_broker.confirm_pipe import ConfirmPipe, PreparedPart
@@ -88,10 +92,11 @@ RELAY_TIMEOUT_S = 60.0  # JoinGroup may legitimately wait for a whole rebalance
 MAX_REMEMBERED_PREPARED = 100_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestContext:
     header: RequestHeader
     conn: ConnectionInfo
+    topics_named: bool = True  # a Metadata request that names its topics (not all of them)
 
 
 class ProxyBroker:
@@ -152,6 +157,7 @@ class ProxyBroker:
             config.tls,
             config.ssl_principal_mapping_rules,
         )
+        self.access = ProxyAccess(config.acl)
         self.topology = self._topology()
         self.wal: WalWriter
         self.batches: BatchReader
@@ -227,6 +233,13 @@ class ProxyBroker:
                             "the SCRAM credentials are"
                         )
                     nursery.start_soon(self._keep_scram_fresh, cfg.metadata_url)
+                if self.access.enabled:
+                    if cfg.metadata_url is None:
+                        raise ListenerError(
+                            "the authorizer on a proxy needs the fleet's metadata store, where "
+                            "the ACLs are"
+                        )
+                    nursery.start_soon(self._keep_acls_fresh, cfg.metadata_url)
                 with trio.move_on_after(10):
                     for mirror in self.mirrors.values():
                         await mirror.synced.wait()
@@ -277,9 +290,15 @@ class ProxyBroker:
         await self.registrar.run()
 
     async def _keep_scram_fresh(self, url: str) -> None:
+        await self.secure.keep_scram_fresh(await self._document_store(url))
+
+    async def _keep_acls_fresh(self, url: str) -> None:
+        await self.access.keep_fresh(await self._document_store(url))
+
+    async def _document_store(self, url: str) -> AsyncObjectStore:
         raw = await trio.to_thread.run_sync(open_object_store, url)
         raw.traffic_hook = self.traffic.s3_request
-        await self.secure.keep_scram_fresh(AsyncObjectStore(raw, max_threads=1))
+        return AsyncObjectStore(raw, max_threads=1)
 
     async def _open_objects(self, url: str) -> ProxyObjects:
         store = await trio.to_thread.run_sync(open_object_store, url)
@@ -497,13 +516,24 @@ class ProxyBroker:
 
             async def fetch() -> Sequence[Buffer]:
                 hints = partial(self.leader_hints, listener=conn.listener)
+                may_read = partial(self.access.allows, conn, Operation.READ, ResourceType.TOPIC)
                 return await serve_fetch(
-                    self, header.api_version, header.correlation_id, request, hints
+                    self,
+                    header.api_version,
+                    header.correlation_id,
+                    request,
+                    hints,
+                    authorized=may_read if self.access.enabled else None,
                 )
 
             return fetch
         if key == API_OFFSET_FOR_LEADER_EPOCH:  # answered in the zone, from the mirrors
             request = decode_request(header, frame)
+            names = [t.topic for t in request.topics]
+            if self.access.enabled and len(self.access.visible_topics(conn, names)) < len(names):
+                raise CloseConnection(
+                    f"OffsetForLeaderEpoch for topics {conn.principal} may not describe"
+                )
 
             async def epochs() -> Sequence[Buffer]:
                 data = offsets_for_leader_epochs(self, request)
@@ -516,14 +546,49 @@ class ProxyBroker:
         # exception: one of a version too new is answered (UNSUPPORTED_VERSION, our ranges).
         if key != API_VERSIONS:
             try:
-                decode_request(header, frame)
+                request = decode_request(header, frame)
             except MalformedRequest as exc:
                 raise CloseConnection(f"malformed api {key} v{header.api_version}: {exc}") from None
+            if self.access.enabled:
+                relayed = self._authorize_relay(ctx, request)
+                if isinstance(relayed, bytearray):
+                    frame = relayed
+                elif relayed is not None:
+                    answer = relayed
+
+                    async def denied() -> Sequence[Buffer]:
+                        return answer
+
+                    return denied
 
         async def relay() -> Sequence[Buffer] | None:
             return await self._relay(ctx, bytes(frame))
 
         return relay
+
+    def _authorize_relay(
+        self, ctx: RequestContext, request: Any
+    ) -> Sequence[Buffer] | bytearray | None:
+        """The answer to a request this principal may not make; a Metadata request's frame
+        without auto-creation when it may not create topics; or None: relay it as it came."""
+        header, conn = ctx.header, ctx.conn
+        try:
+            answer = self.access.check_relayed(header, request, conn)
+        except NotAuthorized as exc:
+            raise CloseConnection(str(exc)) from None
+        if answer is not None or header.api_key != API_METADATA:
+            return answer
+        ctx.topics_named = bool(request.topics)
+        if not getattr(request, "allow_auto_topic_creation", False):
+            return None
+        if self.access.may_auto_create(conn):
+            return None
+        plain = dataclasses.replace(request, allow_auto_topic_creation=False)
+        return bytearray(
+            encode_request(
+                header.api_key, header.api_version, header.correlation_id, header.client_id, plain
+            )
+        )
 
     def _relay_target(self) -> int:
         for node, mirror in sorted(self.mirrors.items()):
@@ -580,17 +645,19 @@ class ProxyBroker:
         if response is None:
             return None
         if header.api_key in REWRITTEN:
-            response = self._rewrite(header, response, ctx.conn.listener)
+            response = self._rewrite(ctx, response)
         return [response]
 
-    def _rewrite(self, header: RequestHeader, response: bytes, listener: str) -> bytes:
+    def _rewrite(self, ctx: RequestContext, response: bytes) -> bytes:
+        header = ctx.header
         key, version = header.api_key, header.api_version
         _, entity = decode_response(key, version, response)
         data = entity_to_data(entity)
         zone = self.config.zone  # a client that reached this proxy is in its zone
-        topology = self.topology.for_listener(listener)
+        topology = self.topology.for_listener(ctx.conn.listener)
         if key == API_METADATA:
             out = rewrite_metadata(data, zone, topology).data
+            out = self.access.filter_metadata(out, ctx.topics_named, ctx.conn)
         elif key == API_FIND_COORDINATOR:
             out = rewrite_find_coordinator(data, zone, topology).data
         elif key == API_DESCRIBE_TOPIC_PARTITIONS:

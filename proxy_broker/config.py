@@ -8,6 +8,7 @@ from pathlib import Path
 from kafka_wire.listeners import ListenerConfig
 from kafka_wire.sasl.gate import SaslSettings
 from kafka_wire.tls import TlsSettings
+from proxy_broker.access import AclSettings
 from shared_wal import WalConfig
 from telemetry import REGIONAL_ZONE
 from telemetry.ledger_upload import DEFAULT_UPLOAD_INTERVAL_S
@@ -50,6 +51,7 @@ class ProxyConfig:
     sasl: SaslSettings = field(default_factory=SaslSettings)
     tls: TlsSettings | None = None
     ssl_principal_mapping_rules: str | None = None  # Kafka's; None: DEFAULT (the whole DN)
+    acl: AclSettings = field(default_factory=AclSettings)  # proxy_broker/access.py
     # Other zones' proxies, so clients of unknown zone can be pointed at them (KIP-392).
     peers: list[ProxyEndpoint] = field(default_factory=list)
     zones: dict[str, str | None] = field(default_factory=dict)  # zone name -> AZ id

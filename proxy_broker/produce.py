@@ -17,6 +17,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from internal_rpc.messages import BatchSummary
+from kafka_wire.acl import Operation, ResourceType
 from kafka_wire.hot_codecs import (
     ProducePartitionResult,
     name_topics,
@@ -58,12 +59,32 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
     now_ms = int(time.time() * 1000)
     topics_out: list[tuple[str, list[ProducePartitionResult]]] = []
     shares: dict[int, _Share] = {}
+    access, conn = proxy.access, ctx.conn
+    txn_denied = (
+        access.enabled
+        and req.transactional_id is not None
+        and not access.allows(conn, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                              req.transactional_id)
+    )  # fmt: skip
     for topic in req.topics:
         results: list[ProducePartitionResult] = []
         topics_out.append((topic.name, results))
+        # As Kafka: the transactional id first, then WRITE on the topic; nothing is written.
+        denied = (
+            ErrorCode.transactional_id_authorization_failed
+            if txn_denied
+            else ErrorCode.topic_authorization_failed
+            if access.enabled
+            and not topic.unknown_id
+            and not access.allows(conn, Operation.WRITE, ResourceType.TOPIC, topic.name)
+            else None
+        )
         for part in topic.partitions:
             result = ProducePartitionResult(index=part.index)
             results.append(result)
+            if denied is not None:
+                result.error_code = denied
+                continue
             if topic.unknown_id:  # v13+
                 result.error_code = ErrorCode.unknown_topic_id
                 continue

@@ -141,10 +141,14 @@ class ProxyListeners:
 
     async def keep_scram_fresh(self, store: AsyncObjectStore) -> None:
         key = doc_key(SCRAM_DOC)
+        etag_read: str | None = None
         while True:
             try:
                 found = await store.get(key)
-                self.scram = ScramDoc() if found is None else ScramDoc.from_bytes(found[0])
+                etag = None if found is None else found[1]
+                if etag is None or etag != etag_read:  # parsed only when it changed
+                    self.scram = ScramDoc() if found is None else ScramDoc.from_bytes(found[0])
+                    etag_read = etag
                 self.scram_synced.set()
             except (ObjectStoreError, SecurityDocError) as exc:
                 log.warning("SCRAM credentials not refreshed from %s: %s", key, exc)

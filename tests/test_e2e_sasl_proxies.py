@@ -42,16 +42,21 @@ USERS = {"alice": "alice-secret-512", "bob": "bob-secret-256"}
 PLAIN_USER = ("carol", "carol-plain-pw")
 
 
-def _sasl_port(fleet: ZoneFleet, zone: str) -> int:
+def sasl_port(fleet: ZoneFleet, zone: str) -> int:
     proxy = next(p.proxy for p in fleet.config.proxies if p.proxy.zone == zone)
     return next(lst.port for lst in proxy.listeners if lst.name == "SASL")
 
 
-def _sasl_bootstrap(fleet: ZoneFleet, zone: str) -> str:
-    return f"127.0.0.1:{_sasl_port(fleet, zone)}"
+def sasl_bootstrap(fleet: ZoneFleet, zone: str) -> str:
+    return f"127.0.0.1:{sasl_port(fleet, zone)}"
 
 
-def _write_config(data_dir: Path) -> Path:
+def write_sasl_config(
+    data_dir: Path, plain_users: dict[str, str] | None = None, security_extra: str = ""
+) -> Path:
+    """The `up --zones 3` fleet TOML with a SASL_PLAINTEXT listener named SASL on each proxy
+    (its port + SASL_OFFSET), PLAIN users from a credentials file, and `security_extra` lines
+    in [security]."""
     path, config = write_zones_toml(data_dir)
     text = path.read_text()
     for p in config.proxies:
@@ -64,12 +69,12 @@ def _write_config(data_dir: Path) -> Path:
         assert block in text
         text = text.replace(block, block + listener)
     creds = data_dir / "plain.json"
-    user, password = PLAIN_USER
-    creds.write_bytes(dump_credentials({user: make_credential(password)}))
+    users = plain_users if plain_users is not None else dict([PLAIN_USER])
+    creds.write_bytes(dump_credentials({u: make_credential(pw) for u, pw in users.items()}))
     security = (
         "[security]\n"
         'sasl_enabled_mechanisms = ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]\n'
-        f'plain_credentials_file = "{creds}"\n'
+        f'plain_credentials_file = "{creds}"\n' + security_extra
     )
     # [security] goes before the first array of tables so TOML keeps it a table of its own.
     text = text.replace("[[zones]]", security + "\n[[zones]]", 1)
@@ -83,7 +88,7 @@ def sasl_fleet(
 ) -> Iterator[tuple[FleetProcess, ZoneFleet]]:
     data_dir = tmp_path_factory.mktemp("sasl") / "fleet"
     data_dir.mkdir(parents=True)
-    config = _write_config(data_dir)
+    config = write_sasl_config(data_dir)
     with running_up_fleet(data_dir, config) as (proc, fleet):
         admin = AdminClient({"bootstrap.servers": fleet.bootstrap("az1")})
         upserts = [
@@ -107,7 +112,7 @@ def sasl_fleet(
 
 def _sasl_config(fleet: ZoneFleet, zone: str, mechanism: str, user: str, pw: str) -> dict[str, Any]:
     return {
-        "bootstrap.servers": _sasl_bootstrap(fleet, zone),
+        "bootstrap.servers": sasl_bootstrap(fleet, zone),
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": mechanism,
         "sasl.username": user,
@@ -183,7 +188,7 @@ def test_metadata_on_the_sasl_listener_names_only_sasl_addresses(
         admin = AdminClient(_sasl_config(fleet, zone, "SCRAM-SHA-512", "alice", USERS["alice"]))
         brokers = admin.list_topics(timeout=10).brokers
         ports = {b.port for b in brokers.values()}
-        assert ports == {_sasl_port(fleet, zone)}, (zone, brokers)
+        assert ports == {sasl_port(fleet, zone)}, (zone, brokers)
 
 
 def test_kcat_kafka_python_and_aiokafka_over_scram(
@@ -192,7 +197,7 @@ def test_kcat_kafka_python_and_aiokafka_over_scram(
     _, fleet = sasl_fleet
     topic = f"sasl-clients-{uuid.uuid4().hex[:8]}"
     create_topic(fleet, "az1", topic, 1)
-    bootstrap = _sasl_bootstrap(fleet, "az2")
+    bootstrap = sasl_bootstrap(fleet, "az2")
     sasl = [
         "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=SCRAM-SHA-512",
         "-X", "sasl.username=alice", "-X", f"sasl.password={USERS['alice']}",
@@ -219,7 +224,7 @@ def test_kcat_kafka_python_and_aiokafka_over_scram(
         from aiokafka import AIOKafkaProducer
 
         producer = AIOKafkaProducer(
-            bootstrap_servers=_sasl_bootstrap(fleet, "az3"),
+            bootstrap_servers=sasl_bootstrap(fleet, "az3"),
             security_protocol="SASL_PLAINTEXT",
             sasl_mechanism="SCRAM-SHA-256",
             sasl_plain_username="bob",
@@ -234,7 +239,7 @@ def test_kcat_kafka_python_and_aiokafka_over_scram(
     asyncio.run(aio())
     consumer = KafkaConsumer(
         topic,
-        bootstrap_servers=_sasl_bootstrap(fleet, "az1"),
+        bootstrap_servers=sasl_bootstrap(fleet, "az1"),
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism="PLAIN",
         sasl_plain_username=PLAIN_USER[0],
@@ -277,7 +282,7 @@ def test_refusals_have_kafka_codes_and_no_traceback(
     sasl_fleet: tuple[FleetProcess, ZoneFleet],
 ) -> None:
     proc, fleet = sasl_fleet
-    port = _sasl_port(fleet, "az1")
+    port = sasl_port(fleet, "az1")
 
     # A wrong password: librdkafka reports the broker's SASL_AUTHENTICATION_FAILED text.
     errors: list[KafkaError] = []
