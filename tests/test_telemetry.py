@@ -264,8 +264,10 @@ def test_broker_metrics_names() -> None:
     bm.partitions.set(4)
     bm.connections.inc()
     bm.bad_input.labels("frame").inc()
+    bm.auth_failures.labels("SASL", "PLAIN").inc()
     fam = parse_exposition(reg.render())
     assert {k: v["type"] for k, v in fam.items()} == {
+        "zonefleet_authentication_failures_total": "counter",
         "zonefleet_bad_input_total": "counter",
         "zonefleet_requests_total": "counter",
         "zonefleet_request_latency_seconds": "histogram",
