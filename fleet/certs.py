@@ -30,6 +30,7 @@ __all__ = [
     "issue_certificate",
     "write_certificate",
     "write_fleet_pki",
+    "write_internal_pki",
     "write_private_key",
 ]
 
@@ -258,3 +259,33 @@ def write_fleet_pki(
         write_private_key(files.key, key)
         client_files[name] = files
     return FleetPki(directory, pki_ca_cert, pki_ca_key, server, client_files)
+
+
+def write_internal_pki(
+    directory: Path,
+    hosts: Sequence[str] = ("localhost", "127.0.0.1"),
+    *,
+    days: int = DEFAULT_DAYS,
+    ca_name: str = "zonefleet internal RPC CA",
+) -> FleetPki:
+    """A CA of its own for internal RPC (so that a Kafka client's certificate from the
+    listeners' CA cannot pass its TLS) and one node certificate for `hosts`, with both the
+    server and the client usage (a node is both: a main serves proxies and calls mains):
+
+        ca.pem, ca.key, node.pem, node.key
+
+    `FleetPki.server` is the node certificate. Keys are written mode 0600; existing files are
+    replaced.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = generate_ca(ca_name, days)
+    pki_ca_cert, pki_ca_key = directory / "ca.pem", directory / "ca.key"
+    write_certificate(pki_ca_cert, ca_cert)
+    write_private_key(pki_ca_key, ca_key)
+    key, cert = issue_certificate(
+        ca_key, ca_cert, "zonefleet-node", hosts=hosts, client=True, server=True, days=days
+    )
+    node = CertFiles(directory / "node.pem", directory / "node.key")
+    write_certificate(node.cert, cert)
+    write_private_key(node.key, key)
+    return FleetPki(directory, pki_ca_cert, pki_ca_key, node)

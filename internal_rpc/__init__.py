@@ -5,7 +5,8 @@ stream, relay, control calls), on its own authenticated TCP port.
 `frames` the framing (`length | crc32c | msgpack`), `auth` the HMAC handshake, `messages` the
 typed, versioned params and results of the methods (confirm, relay, meta_changed),
 `state_frames` the typed frames of the state stream a main publishes to each proxy; `server`
-and `client` are the trio shells around them, and `accounting` books their traffic by zone.
+and `client` are the trio shells around them, `tls` the optional mutual TLS with the fleet's
+certificates under the HMAC handshake, and `accounting` books their traffic by zone.
 The byte layouts are in docs/formats.md, "Internal RPC".
 """
 
@@ -23,6 +24,7 @@ from internal_rpc.errors import (
     StreamHandler,
 )
 from internal_rpc.server import RpcServer
+from internal_rpc.tls import RpcTlsSettings
 
 __all__ = [
     "Handler",
@@ -35,6 +37,7 @@ __all__ = [
     "RpcRemoteError",
     "RpcServer",
     "RpcTimeout",
+    "RpcTlsSettings",
     "RpcUnavailable",
     "StreamHandler",
 ]

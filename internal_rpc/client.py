@@ -8,6 +8,7 @@ import logging
 import random
 import select
 import socket
+import ssl
 import struct
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
@@ -27,6 +28,7 @@ from internal_rpc.errors import (
 )
 from internal_rpc.frames import DEFAULT_MAX_FRAME_BYTES, encode_frame
 from internal_rpc.protocol import DEADLINE_EXCEEDED, ClientSession, Slot
+from internal_rpc.tls import RpcTls, RpcTlsSettings, describe, tls_error
 from internal_rpc.transport import NET_ERRORS, address, read_message
 from kafka_wire.framing import FrameReader
 
@@ -42,10 +44,16 @@ class _ClientConn:
     waiting reads frames for everyone and hands the role on when its own reply arrives."""
 
     def __init__(
-        self, client: RpcClient, stream: trio.SocketStream, reader: FrameReader, peer_node: int
+        self,
+        client: RpcClient,
+        stream: trio.abc.Stream,
+        sock: trio.SocketStream,
+        reader: FrameReader,
+        peer_node: int,
     ) -> None:
         self.client = client
-        self.stream = stream
+        self.stream = stream  # `sock`, or TLS over it
+        self.sock = sock
         self.reader = reader
         self.peer_node = peer_node
         self.session = ClientSession()
@@ -64,7 +72,7 @@ class _ClientConn:
         if self.error is not None:
             return
         self.error = exc
-        self.stream.socket.close()  # wakes a reader or writer blocked on the socket
+        self.sock.socket.close()  # wakes a reader or writer blocked on the socket
         for wake in self.wakes.values():
             wake.set()
 
@@ -74,7 +82,7 @@ class _ClientConn:
         after a network partition heals too)."""
         if self.error is None:
             with suppress(OSError):
-                self.stream.socket.setsockopt(
+                self.sock.socket.setsockopt(
                     socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
                 )
         self.fail(exc)
@@ -131,7 +139,7 @@ class _ClientConn:
                     self._dispatch(msg, size)
             except NET_ERRORS as exc:
                 if not isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError):
-                    log.warning("rpc: bad frame from %s: %s", address(self.stream), exc)
+                    log.warning("rpc: bad frame from %s: %s", address(self.sock), exc)
                 self.fail(exc)
             finally:
                 self.reading = False
@@ -157,12 +165,16 @@ class _ClientConn:
 
 def _readable(conn: _ClientConn) -> bool:
     poller = select.poll()
-    poller.register(conn.stream.socket.fileno(), select.POLLIN)
+    poller.register(conn.sock.socket.fileno(), select.POLLIN)
     return bool(poller.poll(0))
 
 
 class RpcClient:
-    """One authenticated, multiplexed connection to one peer; reconnects lazily."""
+    """One authenticated, multiplexed connection to one peer; reconnects lazily.
+
+    With `tls`, each connection is TLS first (this node's fleet certificate shown, the peer's
+    verified against the fleet CA and, by default, `host`), then the HMAC handshake; the
+    material is read now (`TlsConfigError`)."""
 
     def __init__(
         self,
@@ -175,9 +187,11 @@ class RpcClient:
         on_bytes: OnBytes | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         meter: RpcMeter | None = None,
+        tls: RpcTlsSettings | None = None,
     ) -> None:
         self.node_id = node_id
         self.secret = check_secret(secret)
+        self.tls = None if tls is None else RpcTls(tls, server_side=False)
         self.host = host
         self.port = port
         self.connect_timeout = connect_timeout
@@ -215,11 +229,16 @@ class RpcClient:
             return conn
 
     async def _connect(self) -> _ClientConn:
-        stream: trio.SocketStream | None = None
-        authenticating = False
+        sock: trio.SocketStream | None = None
+        stream: trio.abc.Stream | None = None
+        authenticating = secured = False
         try:
             with trio.fail_after(self.connect_timeout):
-                stream = await trio.open_tcp_stream(self.host, self.port)
+                stream = sock = await trio.open_tcp_stream(self.host, self.port)
+                if self.tls is not None:
+                    stream = self.tls.wrap(sock, self.host)
+                    await stream.do_handshake()
+                    secured = True
                 reader = FrameReader(stream, self.max_frame_bytes)
                 hello, received = await read_message(reader)
                 auth, expected, peer_node = answer_hello(
@@ -236,6 +255,18 @@ class RpcClient:
             where = f"{self.host}:{self.port}"
             if isinstance(exc, AuthError):
                 raise RpcAuthError(f"RPC peer {where} failed authentication: {exc}") from exc
+            failed = tls_error(exc) if self.tls is not None else None
+            if failed is not None and not isinstance(failed, ssl.SSLEOFError):
+                # The peer's certificate is not the fleet's, or the peer does not speak TLS:
+                # retrying will not help.
+                raise RpcAuthError(f"TLS with RPC peer {where}: {describe(exc)}") from exc
+            if secured and not authenticating and isinstance(exc, trio.BrokenResourceError):
+                # TLS 1.3 ends the client's handshake before the server has checked its
+                # certificate; a server that refuses it closes instead of sending its hello.
+                raise RpcAuthError(
+                    f"RPC peer {where} closed the connection after the TLS handshake: it "
+                    "refused our certificate (not one of the fleet CA?)"
+                ) from exc
             if authenticating and isinstance(exc, trio.BrokenResourceError):
                 # The server closes without a word on a bad MAC: most likely a wrong secret.
                 raise RpcAuthError(f"RPC peer {where} refused our credentials") from exc
@@ -244,7 +275,8 @@ class RpcClient:
             raise
         self.peer_node = peer_node
         self._account.handshake(received + size, len(data), peer_node)
-        return _ClientConn(self, stream, reader, peer_node)
+        assert sock is not None
+        return _ClientConn(self, stream, sock, reader, peer_node)
 
     async def call(
         self,

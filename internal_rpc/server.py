@@ -1,6 +1,6 @@
-"""The trio shell of the RPC server: listens, authenticates, and runs each call or
-subscription that `protocol.ServerSession` starts as its own task, so slow calls never block
-others."""
+"""The trio shell of the RPC server: listens, authenticates (TLS first when it is on, then
+the HMAC handshake), and runs each call or subscription that `protocol.ServerSession` starts
+as its own task, so slow calls never block others."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from internal_rpc.protocol import (
     push_message,
     result_message,
 )
+from internal_rpc.tls import RpcTls, RpcTlsSettings, describe, looks_like_tls
 from internal_rpc.transport import NET_ERRORS, address, read_message, text
 from kafka_wire.framing import FrameReader
 from telemetry.log_limit import BadInputLog
@@ -49,7 +50,7 @@ class _Task:
 
 class _ServerConn:
     def __init__(
-        self, server: RpcServer, stream: trio.SocketStream, reader: FrameReader, peer: RpcPeer
+        self, server: RpcServer, stream: trio.abc.Stream, reader: FrameReader, peer: RpcPeer
     ) -> None:
         self.server = server
         self.stream = stream
@@ -185,10 +186,14 @@ class RpcServer:
         meter: RpcMeter | None = None,
         refusals: tuple[type[Exception], ...] = (),
         bad_input: BadInputLog | None = None,
+        tls: RpcTlsSettings | None = None,
     ) -> None:
         """`refusals`: the errors a handler raises for what its caller sent (a malformed
         message, say), on top of `MalformedMessage`: each is answered and logged as one
-        line, rate-limited per peer (`bad_input`), never with a traceback."""
+        line, rate-limited per peer (`bad_input`), never with a traceback.
+
+        `tls`: every client must first complete a TLS handshake with a certificate of the
+        fleet CA (`internal_rpc.tls`); its material is read now (`TlsConfigError`)."""
         self.node_id = node_id
         self.refusals: tuple[type[Exception], ...] = (MalformedMessage, *refusals)
         self.bad_input = bad_input or BadInputLog(log)
@@ -199,6 +204,7 @@ class RpcServer:
         self.handshake_timeout = handshake_timeout
         self.port: int | None = None
         self._account = Accounting(on_bytes, meter)
+        self.tls = None if tls is None else RpcTls(tls, server_side=True)
 
     async def serve(
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
@@ -211,17 +217,46 @@ class RpcServer:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         where = address(stream)
+        served: trio.abc.Stream = stream
         try:
-            peer = await self._handshake(stream, where)
+            if self.tls is not None:
+                secured = await self._tls_handshake(stream, where)
+                if secured is None:
+                    return
+                served = secured
+            peer = await self._handshake(served, where)
             if peer is not None:
-                await _ServerConn(self, stream, peer[1], peer[0]).run()
+                await _ServerConn(self, served, peer[1], peer[0]).run()
         except Exception:  # never let one connection take the listener down
             log.exception("rpc: connection from %s failed", where)
         finally:
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(served)
+
+    async def _tls_handshake(
+        self, stream: trio.SocketStream, where: str
+    ) -> trio.SSLStream[trio.SocketStream] | None:
+        """The TLS handshake; a client without a certificate of the fleet CA (or without TLS)
+        is one warning line, rate-limited per host, and the connection closes."""
+        assert self.tls is not None
+        tls = self.tls.wrap(stream)
+        try:
+            with trio.fail_after(self.handshake_timeout):
+                await tls.do_handshake()
+        except (*NET_ERRORS, trio.TooSlowError) as exc:
+            if isinstance(exc, trio.TooSlowError):
+                reason = f"no TLS handshake within {self.handshake_timeout:g} s"
+            else:
+                reason = describe(exc)
+            self.bad_input.warn(
+                where.rsplit(":", 1)[0], "rpc_tls",
+                "rpc: refused connection from %s: %s (internal RPC needs TLS with a certificate "
+                "of the fleet CA)", where, reason,
+            )  # fmt: skip
+            return None
+        return tls
 
     async def _handshake(
-        self, stream: trio.SocketStream, where: str
+        self, stream: trio.abc.Stream, where: str
     ) -> tuple[RpcPeer, FrameReader] | None:
         reader = FrameReader(stream, self.max_frame_bytes)
         nonce = new_nonce()
@@ -235,6 +270,8 @@ class RpcServer:
                 await stream.send_all(reply)
         except (*NET_ERRORS, AuthError, trio.TooSlowError) as exc:
             reason = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
+            if self.tls is None and looks_like_tls(exc):
+                reason += " (a TLS client on a plaintext RPC port: is this node's rpc_tls off?)"
             log.warning("rpc: refused connection from %s: %s", where, reason or type(exc))
             return None
         self._account.handshake(received, len(hello) + len(reply), client_node)
