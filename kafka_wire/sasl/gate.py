@@ -26,6 +26,13 @@ from kafka_wire.codec import (
 from kafka_wire.errors import ErrorCode
 from kafka_wire.sasl.errors import SaslAuthenticationFailed
 from kafka_wire.sasl.failures import FailedAuthDelay
+from kafka_wire.sasl.oauthbearer import (
+    OAUTHBEARER,
+    KeySource,
+    OAuthBearerExchange,
+    OAuthBearerSettings,
+    TokenValidator,
+)
 from kafka_wire.sasl.plain import PLAIN, PlainCredential, PlainServer
 from kafka_wire.sasl.scram import MECHANISMS, ScramCredential, ScramServer
 from kafka_wire.sasl.session import (
@@ -64,8 +71,9 @@ class SaslListener:
     bad_input: BadInputLog = field(default_factory=lambda: BadInputLog(log))
     on_success: Callable[[ConnectionInfo, str], None] | None = None
     on_failure: Callable[[ConnectionInfo, SaslAuthenticationFailed], None] | None = None
-    # PLAIN hashes the password (thousands of iterations): off the event loop.
-    blocking_mechanisms: frozenset[str] = frozenset({"PLAIN"})
+    # PLAIN hashes the password (thousands of iterations): off the event loop. OAUTHBEARER
+    # may wait there for a JWKS fetch when a token names a key not seen yet.
+    blocking_mechanisms: frozenset[str] = frozenset({"PLAIN", "OAUTHBEARER"})
     limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(4))
 
     def gate(self, conn: ConnectionInfo) -> SaslGate:
@@ -183,12 +191,14 @@ class SaslGate:
 class SaslSettings:
     """A node's SASL settings (Kafka's `sasl.enabled.mechanisms` and
     `connections.max.reauth.ms`): SCRAM against the fleet's stored credentials, PLAIN
-    against a credentials file of hashes (`kafka_wire.sasl.plain`)."""
+    against a credentials file of hashes (`kafka_wire.sasl.plain`), OAUTHBEARER against a
+    JWKS (`kafka_wire.sasl.oauthbearer`)."""
 
     mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256")
     plain_credentials_file: str | None = None
     reauth_ms: int = 0
     failed_delay_ms: int = 100
+    oauthbearer: OAuthBearerSettings | None = None
 
 
 def sasl_listener(
@@ -198,9 +208,11 @@ def sasl_listener(
     fake_secret: bytes,
     bad_input: BadInputLog,
     on_failure: Callable[[ConnectionInfo, SaslAuthenticationFailed], None] | None = None,
+    oauth_keys: KeySource | None = None,
 ) -> SaslListener:
     """The shared state of a node's SASL listeners. `scram(mechanism, user)` and
-    `plain(user)` look credentials up as they are now (they may change under a listener)."""
+    `plain(user)` look credentials up as they are now (they may change under a listener);
+    `oauth_keys` are OAUTHBEARER's signature keys (`kafka_wire.sasl.jwks.JwksKeys`)."""
     factories: dict[str, Callable[[], Exchange]] = {}
     plain_server = PlainServer(plain)
     for mechanism in settings.mechanisms:
@@ -209,6 +221,11 @@ def sasl_listener(
         elif mechanism in SCRAM_MECHANISMS:
             lookup = partial(scram, mechanism)
             factories[mechanism] = partial(_scram_exchange, mechanism, lookup, fake_secret)
+        elif mechanism == OAUTHBEARER:
+            if settings.oauthbearer is None or oauth_keys is None:
+                raise ValueError("OAUTHBEARER needs its settings and a key source")
+            validator = TokenValidator(settings.oauthbearer, oauth_keys)
+            factories[mechanism] = partial(OAuthBearerExchange, validator)
         else:
             raise ValueError(f"unknown SASL mechanism {mechanism!r}")
     return SaslListener(

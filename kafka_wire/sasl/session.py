@@ -42,12 +42,17 @@ ANONYMOUS: Final = "User:ANONYMOUS"
 class Exchange(Protocol):
     """One mechanism's server side: each client message gives the reply and, once the
     exchange is complete, the authenticated user name; a failure raises
-    `SaslAuthenticationFailed`."""
+    `SaslAuthenticationFailed`. `credential_lifetime_ms`, once complete, is how long the
+    credential stays valid (an OAUTHBEARER token's `exp`), or None if it does not expire."""
+
+    credential_lifetime_ms: int | None
 
     def step(self, message: bytes) -> tuple[bytes, str | None]: ...
 
 
 class PlainExchange:
+    credential_lifetime_ms: int | None = None
+
     def __init__(self, server: PlainServer) -> None:
         self._server = server
 
@@ -56,6 +61,8 @@ class PlainExchange:
 
 
 class ScramExchange:
+    credential_lifetime_ms: int | None = None
+
     def __init__(self, server: ScramServer) -> None:
         self._server = server
         self._first_done = False
@@ -138,7 +145,7 @@ class SaslSession:
     def handshake(self, mechanism: str) -> HandshakeAnswer:
         enabled = self.mechanisms
         if self._state is _State.AUTHENTICATE or (
-            self._state is _State.AUTHENTICATED and not self.reauth_ms
+            self._state is _State.AUTHENTICATED and self._expires_at == float("inf")
         ):
             self._state = _State.FAILED
             return HandshakeAnswer(ErrorCode.illegal_sasl_state, enabled, close=True)
@@ -177,12 +184,22 @@ class SaslSession:
                 client_message="Cannot change principals during re-authentication",
             )
             return self._failed(changed)
+        lifetime_ms = self._lifetime_ms(self._exchange.credential_lifetime_ms)
         self.principal = principal
         self._state = _State.AUTHENTICATED
         self._exchange = None
         self._reauthenticating = False
-        self._expires_at = now + self.reauth_ms / 1000 if self.reauth_ms else float("inf")
-        return AuthAnswer(ErrorCode.none, None, reply, self.reauth_ms, None, principal)
+        self._expires_at = float("inf") if lifetime_ms is None else now + lifetime_ms / 1000
+        return AuthAnswer(ErrorCode.none, None, reply, lifetime_ms or 0, None, principal)
+
+    def _lifetime_ms(self, credential_ms: int | None) -> int | None:
+        """The session's lifetime as Kafka's SaslServerAuthenticator computes it: the
+        credential's, capped by `connections.max.reauth.ms`; None if neither is set (0 is
+        a session already over)."""
+        if credential_ms is None:
+            return self.reauth_ms or None
+        credential_ms = max(0, credential_ms)
+        return min(credential_ms, self.reauth_ms) if self.reauth_ms else credential_ms
 
     def _failed(self, failure: SaslAuthenticationFailed) -> AuthAnswer:
         self._state = _State.FAILED
