@@ -16,6 +16,9 @@ az_id = "use1-az1"
 
 [internal]                        # shared secret of the internal RPC (mains <-> proxies)
 secret = "..."                    # or: secret_file = "secret.txt"
+                                  # mutual TLS under it: [security] rpc_tls = true, with
+                                  # rpc_ssl_certfile, rpc_ssl_keyfile, rpc_ssl_cafile (default:
+                                  # the ssl_* ones) and rpc_ssl_check_hostname (docs/security.md)
 
 [cidrs]                           # client networks -> zone (or [[cidrs]] cidr = ..., zone = ...)
 "10.0.0.0/20" = "us-east-1a"
@@ -113,9 +116,10 @@ from typing import Any
 
 from fleet.zone_discovery import DiscoveredZone, discover_zone_blocking, imds_endpoint
 from internal_rpc.auth import MIN_SECRET_BYTES
+from internal_rpc.tls import RpcTls, RpcTlsSettings
 from kafka_wire.listeners import ListenerConfig, ListenerError, parse_listener
 from kafka_wire.sasl.gate import SaslSettings
-from kafka_wire.tls import TlsSettings
+from kafka_wire.tls import TlsConfigError, TlsSettings
 from main_broker.config import BrokerConfig, MainPeer
 from main_broker.group_config import GroupConfig
 from main_broker.topic_config import InvalidConfig, validate_topic_configs
@@ -699,6 +703,50 @@ def _tls_settings(raw: dict[str, Any], base_dir: Path) -> TlsSettings | None:
         raise ConfigError(f"[security] {exc}") from None
 
 
+def _rpc_tls(
+    mains: list[MainBrokerNode], proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path
+) -> None:
+    """[security] rpc_tls = true: internal RPC over mutual TLS, under the HMAC handshake
+    (internal_rpc/tls.py). rpc_ssl_certfile, rpc_ssl_keyfile and rpc_ssl_cafile (the fleet CA)
+    default to the listeners' ssl_certfile, ssl_keyfile and ssl_cafile, rpc_ssl_key_password
+    to ssl_key_password while the key is the listeners'; rpc_ssl_check_hostname (default
+    true): a client checks that a main's certificate names the host it dials. The material
+    is loaded once here, so that a bad file stops the node with a line that names it."""
+    enabled = raw.get("rpc_tls", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"[security] rpc_tls is true or false, not {enabled!r}")
+    if not enabled:
+        return
+    paths = {
+        k: raw.get(f"rpc_{k}", raw.get(k)) for k in ("ssl_certfile", "ssl_keyfile", "ssl_cafile")
+    }
+    missing = [f"rpc_{k} (or {k})" for k, v in paths.items() if v is None]
+    if missing:
+        raise ConfigError(
+            f"[security] rpc_tls needs {', '.join(missing)}: the node's fleet certificate, its "
+            "key and the fleet CA"
+        )
+    check_hostname = raw.get("rpc_ssl_check_hostname", True)
+    if not isinstance(check_hostname, bool):
+        raise ConfigError("[security] rpc_ssl_check_hostname is true or false")
+    password = raw.get("rpc_ssl_key_password")
+    if password is None and "rpc_ssl_keyfile" not in raw:
+        password = raw.get("ssl_key_password")
+    cert, key, ca = (str(base_dir / str(paths[k])) for k in paths)
+    settings = RpcTlsSettings(
+        cert, key, ca, None if password is None else str(password), check_hostname
+    )
+    try:
+        RpcTls(settings, server_side=True)
+        RpcTls(settings, server_side=False)
+    except TlsConfigError as exc:
+        raise ConfigError(f"[security] rpc_tls: {exc}") from None
+    for m in mains:
+        m.broker.rpc_tls = settings
+    for p in proxies:
+        p.proxy.rpc_tls = settings
+
+
 def _may_share_a_host(a: str, b: str) -> bool:
     """Whether binds on `a` and `b` would clash on one machine, as far as the file can tell.
 
@@ -836,6 +884,7 @@ def parse_fleet_config(
         list(doc.get("proxies", [])), zones, mains, secret, wal_url, wal_config
     )
     _security(proxies, dict(doc.get("security", {})), base_dir)
+    _rpc_tls(mains, proxies, dict(doc.get("security", {})), base_dir)
     _register_proxies(proxies, metadata_url, mains)
     _storage(mains, proxies, doc.get("storage", {}), base_dir)
     zone_proxies = [

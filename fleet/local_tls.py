@@ -7,6 +7,11 @@ hashed, `kafka_wire/sasl/plain.py`) and `admin.password` (0600). Each zone proxy
 named listeners: SASL_SSL on +5 and SSL with required client certificates on +6 (offsets
 from base + 10*K, as `local_zones_fleet_toml` lays ports out); a certificate's CN is its
 principal.
+
+Internal RPC runs over mutual TLS too (`[security] rpc_tls`, internal_rpc/tls.py), with a CA
+of its own under `rpc/` (`fleet/certs.py` `write_internal_pki`: ca.pem, ca.key, node.pem and
+node.key, the node certificate valid for localhost and 127.0.0.1 as server and client), so
+that a Kafka client's certificate cannot pass the RPC ports' TLS.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from fleet.certs import write_fleet_pki
+from fleet.certs import write_fleet_pki, write_internal_pki
 from kafka_wire.sasl.plain import dump_credentials, make_credential
 
 __all__ = [
@@ -55,7 +60,16 @@ class LocalTls:
             f'ssl_keyfile = "{self.server_key}"\n'
             f'ssl_cafile = "{self.ca}"\n'
             f'ssl_principal_mapping_rules = "{CN_RULE}"\n'
+            "rpc_tls = true\n"
+            f'rpc_ssl_certfile = "{self.rpc_directory / "node.pem"}"\n'
+            f'rpc_ssl_keyfile = "{self.rpc_directory / "node.key"}"\n'
+            f'rpc_ssl_cafile = "{self.rpc_directory / "ca.pem"}"\n'
         )
+
+    @property
+    def rpc_directory(self) -> Path:
+        """The internal RPC PKI: ca.pem, ca.key, node.pem, node.key."""
+        return self.directory / "rpc"
 
     @staticmethod
     def proxy_listeners_toml(zone_base: int) -> str:
@@ -91,6 +105,7 @@ def write_local_tls(data_dir: Path) -> LocalTls:
     fd = os.open(directory / "admin.password", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(password + "\n")
+    write_internal_pki(directory / "rpc", ("localhost", "127.0.0.1"))
     client = pki.clients[ADMIN]
     return LocalTls(
         directory,

@@ -249,6 +249,8 @@ def _summary(
         zone, host, port = main.broker.zone, main.broker.host, main.broker.port
         admin = f"{main.admin_host}:{main.admin_port}"
         extra = f", internal RPC {main.broker.rpc_port}" if main.broker.rpc_port else ""
+        if main.broker.rpc_tls is not None:
+            extra += " (mutual TLS)"
         what = f"main broker {node_id}"
     else:
         proxy = config.proxy(node_id)
@@ -256,6 +258,8 @@ def _summary(
         admin = f"{proxy.admin_host}:{proxy.admin_port}"
         adv_host, adv_port = proxy.proxy.advertised
         extra = f", advertised {adv_host}:{adv_port}"
+        if proxy.proxy.rpc_tls is not None:
+            extra += ", internal RPC over mutual TLS"
         what = f"proxy {node_id}"
     if zone == AUTO_ZONE:
         raise ConfigError(f"{what}'s zone is still 'auto': nothing answered for it")

@@ -213,6 +213,11 @@ class RpcServer:
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(partial(trio.serve_tcp, self._handle, port, host=host))
             self.port = listeners[0].socket.getsockname()[1]
+            if self.tls is not None:
+                log.info(
+                    "rpc: %s:%d takes mutual TLS only (fleet CA %s), then the HMAC handshake",
+                    host, self.port, self.tls.settings.ca_file,
+                )  # fmt: skip
             task_status.started(self.port)
 
     async def _handle(self, stream: trio.SocketStream) -> None:

@@ -373,6 +373,7 @@ class MainBroker:
             # which relayed without decoding) is refused in one line, not a traceback.
             refusals=(MalformedRequest, CloseConnection),
             bad_input=self.bad_input,
+            tls=cfg.rpc_tls,
         )
         await server.serve(cfg.host, cfg.rpc_port or 0, task_status=task_status)
 

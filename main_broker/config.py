@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from internal_rpc.tls import RpcTlsSettings
 from main_broker.group_config import GroupConfig
 from shared_wal import WalConfig
 from telemetry import REGIONAL_ZONE
@@ -41,6 +42,9 @@ class BrokerConfig:
     # Internal RPC for zone proxies (confirms, state stream, relays); off when rpc_port is None.
     rpc_port: int | None = None
     rpc_secret: bytes | None = None
+    # Mutual TLS with the fleet's certificates under the HMAC handshake, for the RPC server
+    # and this main's clients of the other mains (internal_rpc/tls.py); None: plain TCP.
+    rpc_tls: RpcTlsSettings | None = None
     writer_id: str | None = None
     # With several mains: every main of the fleet (this one included) and the object store
     # that holds the cluster metadata document. None: a single main that owns everything.

@@ -125,7 +125,12 @@ class ProxyBroker:
         self.data_arrived = trio.Event()
         self.rpcs = {
             m.node_id: RpcClient(
-                config.node_id, config.rpc_secret, m.host, m.rpc_port, meter=self.traffic.rpc
+                config.node_id,
+                config.rpc_secret,
+                m.host,
+                m.rpc_port,
+                meter=self.traffic.rpc,
+                tls=config.rpc_tls,
             )
             for m in config.mains
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from internal_rpc.tls import RpcTlsSettings
 from kafka_wire.listeners import ListenerConfig
 from kafka_wire.sasl.gate import SaslSettings
 from kafka_wire.tls import TlsSettings
@@ -41,6 +42,7 @@ class ProxyConfig:
     wal_url: str
     rpc_secret: bytes
     mains: list[MainEndpoint]
+    rpc_tls: RpcTlsSettings | None = None  # internal RPC over mutual TLS (internal_rpc/tls.py)
     host: str = "127.0.0.1"
     port: int = 9092
     advertised_host: str | None = None

@@ -7,6 +7,10 @@ plaintext client on a TLS port, a TLS client on the plaintext port, a client wit
 certificate and one with an expired certificate on the mTLS listener are each refused with
 one log line and no traceback. Replacing the server certificate's files is picked up by new
 handshakes without a restart.
+
+Internal RPC runs over mutual TLS as well (`--tls` sets `[security] rpc_tls`), so every
+produce and consume here has its confirms, state streams and relays on it. A main's RPC port
+refuses a client without the fleet's RPC certificate or without the secret.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ import socket
 import ssl
 import subprocess
 import time
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
@@ -35,6 +41,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from fleet.certs import issue_certificate, write_certificate, write_private_key
+from fleet.config import MAIN_RPC_OFFSET, ZONE_PORT_STRIDE
+from internal_rpc import RpcAuthError, RpcClient, RpcTlsSettings
+from internal_rpc.messages import Probe
 from tests.fleet_process import FleetProcess
 from tests.test_e2e_sasl_proxies import round_trip, values_read
 from tests.zone_fleet import PORT_BLOCK, free_port_block
@@ -257,3 +266,44 @@ def test_a_new_server_certificate_is_used_without_a_restart(tls_fleet: TlsFleet)
     assert _serial(port, tls / "ca.pem") == cert.serial_number
     # Clients keep working on the new certificate.
     round_trip(tls_fleet.conf("az2", "SASL_SSL"), tls_fleet.conf("az2", "SSL"), 5)
+
+
+def test_internal_rpc_refuses_a_client_without_the_fleet_certificate_or_secret(
+    tls_fleet: TlsFleet,
+) -> None:
+    proc, tls = tls_fleet.proc, tls_fleet.tls
+    port = proc.base_port + ZONE_PORT_STRIDE * 2 + MAIN_RPC_OFFSET  # az2's main
+    rpc = tls / "rpc"
+    _wait_log(proc, rf"rpc: 127\.0\.0\.1:{port} takes mutual TLS only")
+    # Round trips through the proxies have gone over it (confirm, state stream, relay).
+    round_trip(tls_fleet.conf("az2", "SASL_SSL"), tls_fleet.conf("az3", "SSL"), 5)
+    # TLS without a certificate, and with the listeners' client certificate (another CA).
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _handshake(port, rpc / "ca.pem", "127.0.0.21")
+    admin = (tls / "client-admin.pem", tls / "client-admin.key")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _handshake(port, rpc / "ca.pem", "127.0.0.22", admin)
+    # Plain TCP: neither side speaks first, the main gives up on the TLS handshake.
+    with socket.create_connection(("127.0.0.1", port), 10, ("127.0.0.23", 0)) as raw:
+        raw.settimeout(10)
+        assert raw.recv(1) == b""
+    # The fleet certificate without the secret, then with it.
+    settings = RpcTlsSettings(rpc / "node.pem", rpc / "node.key", rpc / "ca.pem")
+    secret = tomllib.loads((proc.data_dir / "fleet.toml").read_text())["internal"]["secret"]
+
+    async def calls() -> Any:
+        bad = RpcClient(999, b"w" * 32, "127.0.0.1", port, tls=settings)
+        with pytest.raises(RpcAuthError, match="refused our credentials"):
+            await bad.call("probe", Probe(999).to_wire())
+        good = RpcClient(999, secret.encode(), "127.0.0.1", port, tls=settings)
+        try:
+            return Probe.from_wire(await good.call("probe", Probe(999).to_wire()))
+        finally:
+            await good.aclose()
+
+    assert trio.run(calls) == Probe(2)
+    _wait_log(proc, r"refused connection from 127\.0\.0\.21:\d+: .*PEER_DID_NOT_RETURN")
+    _wait_log(proc, r"refused connection from 127\.0\.0\.22:\d+: certificate verify failed")
+    _wait_log(proc, r"refused connection from 127\.0\.0\.23:\d+: no TLS handshake within")
+    _wait_log(proc, r"refused connection from 127\.0\.0\.1:\d+: client MAC mismatch")
+    assert "Traceback" not in "".join(proc.output)

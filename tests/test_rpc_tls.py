@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import tomllib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from fleet.certs import (
     issue_certificate,
@@ -23,6 +25,8 @@ from fleet.certs import (
     write_internal_pki,
     write_private_key,
 )
+from fleet.config import ConfigError, FleetConfig, local_zones_fleet_toml, parse_fleet_config
+from fleet.local_tls import write_local_tls
 from internal_rpc import RpcAuthError, RpcClient, RpcPeer, RpcServer, RpcUnavailable
 from internal_rpc.frames import encode_frame
 from internal_rpc.tls import RpcTlsSettings
@@ -314,3 +318,57 @@ async def test_garbage_after_the_tls_handshake_is_one_line(
     [line] = refusals(caplog)
     assert "bad 'nonce'" in line
     no_traceback(caplog)
+
+
+def test_zonefleet_up_tls_turns_rpc_tls_on_for_every_node(tmp_path: Path) -> None:
+    tls = write_local_tls(tmp_path)
+    text = local_zones_fleet_toml(tmp_path, 30000, 2, "s" * 64, security_toml=tls.security_toml())
+    config = parse_fleet_config(tomllib.loads(text), tmp_path, discover=None)
+    rpc = tls.rpc_directory
+    expected = RpcTlsSettings(str(rpc / "node.pem"), str(rpc / "node.key"), str(rpc / "ca.pem"))
+    assert [m.broker.rpc_tls for m in config.mains] == [expected] * 2
+    assert [p.proxy.rpc_tls for p in config.proxies] == [expected] * 2
+    # A CA of its own: the listeners' client certificate is not one of it.
+    node = x509.load_pem_x509_certificate((rpc / "node.pem").read_bytes())
+    assert node.issuer != x509.load_pem_x509_certificate(tls.ca.read_bytes()).subject
+    sans = node.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    usages = node.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert set(usages) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+
+
+def _fleet_with(tmp_path: Path, security: str) -> FleetConfig:
+    text = local_zones_fleet_toml(tmp_path, 30000, 2, "s" * 64, security_toml=security)
+    return parse_fleet_config(tomllib.loads(text), tmp_path, discover=None)
+
+
+def test_rpc_tls_defaults_to_the_listeners_material(pki: Pki, tmp_path: Path) -> None:
+    fleet = pki.fleet
+    config = _fleet_with(
+        tmp_path,
+        "[security]\nrpc_tls = true\n"
+        f'ssl_certfile = "{fleet.cert_file}"\nssl_keyfile = "{fleet.key_file}"\n'
+        f'ssl_cafile = "{fleet.ca_file}"\nrpc_ssl_check_hostname = false\n',
+    )
+    assert config.mains[0].broker.rpc_tls == RpcTlsSettings(
+        str(fleet.cert_file), str(fleet.key_file), str(fleet.ca_file), None, False
+    )
+    assert _fleet_with(tmp_path, "").mains[0].broker.rpc_tls is None
+
+
+@pytest.mark.parametrize(
+    ("security", "error"),
+    [
+        ("rpc_tls = 1", "rpc_tls is true or false"),
+        ("rpc_tls = true", r"rpc_ssl_certfile \(or ssl_certfile\), rpc_ssl_keyfile"),
+        (
+            'rpc_tls = true\nrpc_ssl_certfile = "nowhere.pem"\nrpc_ssl_keyfile = "k.key"\n'
+            'rpc_ssl_cafile = "ca.pem"',
+            r"rpc_tls: .*nowhere\.pem",
+        ),
+    ],
+)
+def test_rpc_tls_configuration_errors(tmp_path: Path, security: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        _fleet_with(tmp_path, f"[security]\n{security}\n")

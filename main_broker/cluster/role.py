@@ -114,7 +114,12 @@ class ClusterRole:
         # their sender (tests/test_netns_cost_report.py found them missing from the ledger).
         self._peer_rpcs = {
             m.node_id: RpcClient(
-                cfg.node_id, cfg.rpc_secret, m.host, m.rpc_port, meter=broker.traffic.rpc
+                cfg.node_id,
+                cfg.rpc_secret,
+                m.host,
+                m.rpc_port,
+                meter=broker.traffic.rpc,
+                tls=cfg.rpc_tls,
             )
             for m in self.mains
             if m.node_id != self.node_id and m.rpc_port is not None and cfg.rpc_secret
