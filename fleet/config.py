@@ -119,6 +119,7 @@ from internal_rpc.auth import MIN_SECRET_BYTES
 from internal_rpc.tls import RpcTls, RpcTlsSettings
 from kafka_wire.listeners import ListenerConfig, ListenerError, parse_listener
 from kafka_wire.sasl.gate import SaslSettings
+from kafka_wire.sasl.oauthbearer import OAuthBearerSettings
 from kafka_wire.tls import TlsConfigError, TlsSettings
 from main_broker.config import BrokerConfig, MainPeer
 from main_broker.group_config import GroupConfig
@@ -646,7 +647,7 @@ def _listeners(raw: dict[str, Any], where: str) -> list[ListenerConfig]:
 def _security(proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path) -> None:
     """[security]: SASL mechanisms, the PLAIN credentials file, connections.max.reauth.ms."""
     mechanisms = tuple(raw.get("sasl_enabled_mechanisms", ("SCRAM-SHA-512", "SCRAM-SHA-256")))
-    known = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+    known = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"}
     unknown = [m for m in mechanisms if m not in known]
     if unknown or not mechanisms:
         raise ConfigError(
@@ -662,6 +663,7 @@ def _security(proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path) -> 
         plain_credentials_file=None if plain_file is None else str(base_dir / str(plain_file)),
         reauth_ms=int(raw.get("connections_max_reauth_ms", 0)),
         failed_delay_ms=int(raw.get("connection_failed_authentication_delay_ms", 100)),
+        oauthbearer=_oauthbearer(raw) if "OAUTHBEARER" in mechanisms else None,
     )
     tls = _tls_settings(raw, base_dir)
     rules = raw.get("ssl_principal_mapping_rules")
@@ -680,6 +682,50 @@ def _security(proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path) -> 
         p.proxy.sasl = settings
         p.proxy.tls = tls
         p.proxy.ssl_principal_mapping_rules = None if rules is None else str(rules)
+
+
+def _oauthbearer(raw: dict[str, Any]) -> OAuthBearerSettings:
+    """[security] sasl_oauthbearer_*: Kafka's KIP-768 broker settings for OAUTHBEARER."""
+    url = raw.get("sasl_oauthbearer_jwks_endpoint_url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://", "file:")):
+        raise ConfigError(
+            "[security] OAUTHBEARER needs sasl_oauthbearer_jwks_endpoint_url "
+            "(an http, https or file URL)"
+        )
+    issuer = raw.get("sasl_oauthbearer_expected_issuer")
+    audience = raw.get("sasl_oauthbearer_expected_audience", [])
+    audiences = [audience] if isinstance(audience, str) else audience
+    claim = raw.get("sasl_oauthbearer_sub_claim_name", "sub")
+    if (
+        (issuer is not None and not isinstance(issuer, str))
+        or not isinstance(audiences, list)
+        or not all(isinstance(a, str) and a for a in audiences)
+        or not isinstance(claim, str)
+        or not claim
+    ):
+        raise ConfigError(
+            "[security] sasl_oauthbearer_expected_issuer and _sub_claim_name are strings, "
+            "sasl_oauthbearer_expected_audience a string or a list of them"
+        )
+    numbers = {  # field: (key, default, least)
+        "clock_skew_s": ("sasl_oauthbearer_clock_skew_seconds", 30, 0),
+        "jwks_refresh_ms": ("sasl_oauthbearer_jwks_endpoint_refresh_ms", 3_600_000, 1),
+        "jwks_min_refresh_ms": ("sasl_oauthbearer_jwks_endpoint_min_refresh_ms", 5_000, 0),
+        "jwks_timeout_ms": ("sasl_oauthbearer_jwks_endpoint_timeout_ms", 10_000, 1),
+    }
+    values: dict[str, int] = {}
+    for field_name, (key, default, least) in numbers.items():
+        value = raw.get(key, default)
+        if type(value) is not int or value < least:
+            raise ConfigError(f"[security] {key} is an integer of at least {least}")
+        values[field_name] = value
+    return OAuthBearerSettings(
+        jwks_endpoint_url=url,
+        expected_issuer=issuer,
+        expected_audiences=tuple(audiences),
+        sub_claim_name=claim,
+        **values,
+    )
 
 
 def _tls_settings(raw: dict[str, Any], base_dir: Path) -> TlsSettings | None:

@@ -4,7 +4,8 @@ SCRAM credentials are the fleet's own, stored by the mains in the cluster metada
 (`cluster/scram.json`, docs/formats.md); the proxy reads them from that regional store every
 `SCRAM_REFRESH_S`, so an authentication never waits on a main in another zone. A changed or
 removed credential takes effect within that time (plus one read). PLAIN checks against the
-node's credentials file of hashes.
+node's credentials file of hashes. OAUTHBEARER checks JWTs against the OAuth provider's JWKS,
+which each proxy fetches itself and keeps fresh (`kafka_wire.sasl.jwks`).
 
 TLS listeners share the node's certificate (`[security]` ssl_* settings), each with its own
 `ssl.client.auth`; the files are polled every `TLS_RELOAD_S` and reloaded on SIGHUP, and a
@@ -26,6 +27,7 @@ import trio
 from kafka_wire.listeners import ListenerConfig, ListenerError, accept_secured
 from kafka_wire.sasl.errors import SaslAuthenticationFailed
 from kafka_wire.sasl.gate import SaslListener, SaslSettings, sasl_listener
+from kafka_wire.sasl.jwks import JwksKeys
 from kafka_wire.sasl.plain import PlainCredentials, load_credentials
 from kafka_wire.sasl.scram import ScramCredential
 from kafka_wire.security_docs import SCRAM_DOC, ScramDoc, SecurityDocError, doc_key
@@ -67,6 +69,7 @@ class ProxyListeners:
         self.plain = PlainCredentials({})
         self.bound: dict[str, int] = {}  # listener name -> bound port
         self.sasl: SaslListener | None = None
+        self.jwks: JwksKeys | None = None  # OAUTHBEARER's keys
         # One context per ssl.client.auth in use; built now, so bad material stops the node.
         self.tls: dict[str, ReloadingContext] = {}
         self.mapper = SslPrincipalMapper.from_rules(principal_rules)
@@ -87,8 +90,16 @@ class ProxyListeners:
                     self.plain = load_credentials(f.read())
             # The fake salt of an unknown user must not change across restarts or nodes.
             fake = hashlib.sha256(b"zonefleet scram fake salt\0" + fleet_secret).digest()
+            if settings.oauthbearer is not None:
+                self.jwks = JwksKeys(settings.oauthbearer)
             self.sasl = sasl_listener(
-                settings, self._scram_credential, self.plain.get, fake, bad_input, self._failed
+                settings,
+                self._scram_credential,
+                self.plain.get,
+                fake,
+                bad_input,
+                self._failed,
+                oauth_keys=self.jwks,
             )
 
     def _scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
@@ -132,6 +143,8 @@ class ProxyListeners:
             nursery.start_soon(watch, ctx, TLS_RELOAD_S)
         if self.tls:
             nursery.start_soon(self._reload_on_sighup)
+        if self.jwks is not None:
+            nursery.start_soon(self.jwks.keep_fresh)
         for lst in self.listeners:
             handler = _Accept(self, lst, serve)
             bound = await nursery.start(partial_serve_tcp(handler, lst))

@@ -123,6 +123,7 @@ class Client:
     secret: str
     audience: str = AUDIENCE
     sub: str | None = None  # None: the client id
+    lifetime_s: float | None = None  # None: the provider's
 
 
 @dataclass
@@ -145,7 +146,8 @@ class IdentityProvider:
         if form.get("grant_type") != ["client_credentials"]:
             return None
         scope = " ".join(form.get("scope", []))
-        claims = claims_for(client.sub or client_id, self.lifetime_s, client.audience, scope=scope)
+        lifetime = client.lifetime_s or self.lifetime_s
+        claims = claims_for(client.sub or client_id, lifetime, client.audience, scope=scope)
         return self.signer.sign(claims)
 
 
@@ -185,10 +187,9 @@ def _handler(idp: IdentityProvider) -> type[BaseHTTPRequestHandler]:
             if token is None:
                 self._send(401, {"error": "invalid_client"})
                 return
-            self._send(
-                200,
-                {"access_token": token, "token_type": "Bearer", "expires_in": int(idp.lifetime_s)},
-            )
+            lifetime = idp.clients[client_id].lifetime_s or idp.lifetime_s
+            body = {"access_token": token, "token_type": "Bearer", "expires_in": int(lifetime)}
+            self._send(200, body)
 
     return Handler
 
