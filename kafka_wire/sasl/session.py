@@ -4,9 +4,10 @@ A SASL listener's connection starts unauthenticated: it may send ApiVersions, th
 SaslHandshake (v1) naming a mechanism, then SaslAuthenticate until the mechanism is done.
 Anything else before that closes the connection. Once authenticated, and when
 `connections.max.reauth.ms` is set or the credential expires (an OAUTHBEARER token's `exp`),
-the session lasts that long, the shorter of the two (KIP-368): the client re-authenticates on the same connection (SaslHandshake again, then SaslAuthenticate) as the
-same principal with the same mechanism, and a request other than those after the session
-expired closes the connection.
+the session lasts that long, the shorter of the two (KIP-368): the client re-authenticates
+on the same connection (SaslHandshake again, then SaslAuthenticate) as the same principal
+with the same mechanism, and a request other than those after the session expired closes
+the connection.
 """
 
 from __future__ import annotations
