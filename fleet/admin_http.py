@@ -2,10 +2,17 @@
 
 Each connection runs in its own task with read and write deadlines, so a slow or idle client
 holds only its own connection. Handler errors are logged and answered, never propagated.
+
+With a token (`[admin] token`), /healthz and /metrics stay open (load balancers and
+Prometheus scrape them) and every other request, /status and whatever may change state
+later, needs `Authorization: Bearer <token>`: without it, or with another token, the answer
+is 401 with `WWW-Authenticate: Bearer` (RFC 6750), compared in constant time, and the refusal
+goes to `on_unauthorized(peer host, peer port, what)` (the audit log). No token: all open.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from collections.abc import Callable
@@ -16,7 +23,7 @@ import trio
 
 from telemetry.metrics import MetricsRegistry
 
-__all__ = ["METRICS_CONTENT_TYPE", "serve_admin_http"]
+__all__ = ["METRICS_CONTENT_TYPE", "OPEN_PATHS", "bearer_headers", "serve_admin_http"]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +36,16 @@ RECV_SIZE = 16 * 1024
 LINGER_S = 1.0
 LINGER_MAX_BYTES = 1024 * 1024
 SERVER_HEADER = b"zonefleet-admin"
+OPEN_PATHS = frozenset({b"/healthz", b"/metrics"})  # never behind the token
+REALM = b'Bearer realm="zonefleet-admin"'
+
+# Sees each request refused for its token: (peer host, peer port, "GET /status: why").
+OnUnauthorized = Callable[[str, int, str], None]
+
+
+def bearer_headers(token: str | None) -> dict[str, str]:
+    """The headers a client of the admin endpoint sends: the token, when there is one."""
+    return {} if token is None else {"Authorization": f"Bearer {token}"}
 
 
 class _ClientError(Exception):
@@ -50,9 +67,12 @@ async def serve_admin_http(
     status: Callable[[], dict[str, Any]],
     health: Callable[[], tuple[bool, str]] = _always_healthy,
     *,
+    token: str | None = None,
+    on_unauthorized: OnUnauthorized | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the admin endpoint on host:port until cancelled; reports the bound port."""
+    """Serve the admin endpoint on host:port until cancelled; reports the bound port. With
+    `token`, every path but OPEN_PATHS needs it as a bearer token."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     if port == 0 and len(listeners) > 1:
         # Each address family would get its own random port; keep one so the port is unique.
@@ -60,7 +80,7 @@ async def serve_admin_http(
             await extra.aclose()
         listeners = listeners[:1]
     bound_port = listeners[0].socket.getsockname()[1]
-    app = _AdminApp(registry, status, health)
+    app = _AdminApp(registry, status, health, token, on_unauthorized)
     log.info("admin http listening", extra={"host": host, "port": bound_port})
     task_status.started(bound_port)
     await trio.serve_listeners(app.handle_connection, listeners)
@@ -72,22 +92,32 @@ class _AdminApp:
         registry: MetricsRegistry,
         status: Callable[[], dict[str, Any]],
         health: Callable[[], tuple[bool, str]],
+        token: str | None = None,
+        on_unauthorized: OnUnauthorized | None = None,
     ) -> None:
         self.registry = registry
         self.status = status
         self.health = health
+        self.token = None if token is None else token.encode()
+        self.on_unauthorized = on_unauthorized
 
     async def handle_connection(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
         try:
+            peer = stream.socket.getpeername()
+        except OSError:
+            peer = ("?", 0)
+        try:
             async with stream:
-                await self._serve(conn, stream)
+                await self._serve(conn, stream, (str(peer[0]), int(peer[1])))
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass  # the client went away or stopped reading
         except Exception:
             log.exception("admin http connection failed")
 
-    async def _serve(self, conn: h11.Connection, stream: trio.SocketStream) -> None:
+    async def _serve(
+        self, conn: h11.Connection, stream: trio.SocketStream, peer: tuple[str, int]
+    ) -> None:
         while True:
             try:
                 event = await _next_event(conn, stream)
@@ -101,11 +131,34 @@ class _AdminApp:
             except _ClientError as exc:
                 await _send_error(conn, stream, exc.status, str(exc))
                 return
-            code, ctype, body, extra = self._route(event)
+            refusal = self._refusal(event, peer)
+            code, ctype, body, extra = refusal if refusal is not None else self._route(event)
             await _send_response(conn, stream, code, ctype, body, extra)
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return  # MUST_CLOSE (Connection: close, HTTP/1.0) or an unfinished request
             conn.start_next_cycle()
+
+    def _refusal(
+        self, req: h11.Request, peer: tuple[str, int]
+    ) -> tuple[int, str, bytes, list[tuple[bytes, bytes]]] | None:
+        """The 401 of a request that needs the token and lacks it (None: go on)."""
+        if self.token is None:
+            return None
+        path = req.target.split(b"?", 1)[0]
+        if path in OPEN_PATHS:
+            return None
+        given = [v for k, v in req.headers if k == b"authorization"]
+        scheme, _, credentials = given[0].partition(b" ") if len(given) == 1 else (b"", b"", b"")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.token):
+            return None
+        why = "no bearer token" if not given else "wrong or malformed bearer token"
+        challenge = REALM if not given else REALM + b', error="invalid_token"'
+        what = f"{req.method.decode('latin-1')} {path.decode('latin-1')[:200]}: {why}"
+        log.info("admin http unauthorized", extra={"peer": peer[0], "request": what})
+        if self.on_unauthorized is not None:
+            self.on_unauthorized(peer[0], peer[1], what)
+        body = b"unauthorized: this path needs Authorization: Bearer <[admin] token>\n"
+        return 401, "text/plain; charset=utf-8", body, [(b"www-authenticate", challenge)]
 
     def _route(self, req: h11.Request) -> tuple[int, str, bytes, list[tuple[bytes, bytes]]]:
         path = req.target.split(b"?", 1)[0]

@@ -169,12 +169,13 @@ def _up_config(args: argparse.Namespace) -> tuple[Path, FleetConfig]:
             args.base_port,
             args.zones,
             secrets.token_hex(32),
-            security_toml=tls.security_toml(),
+            security_toml=tls.security_toml() + tls.admin_toml(),
             proxy_listeners=tls.proxy_listeners_toml,
         )
         for k in range(1, args.zones + 1):
             for line in tls.client_settings(args.base_port + ZONE_PORT_STRIDE * k):
                 print(f"zone=az{k} client {line}", flush=True)
+        print(tls.admin_line(), flush=True)
     else:
         text = local_zones_fleet_toml(data_dir, args.base_port, args.zones, secrets.token_hex(32))
     # The file may hold the internal secret: readable by its owner only.

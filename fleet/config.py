@@ -16,6 +16,18 @@ az_id = "use1-az1"
 
 [internal]                        # shared secret of the internal RPC (mains <-> proxies)
 secret = "..."                    # or: secret_file = "secret.txt"
+
+[admin]                           # every node's admin HTTP endpoint (docs/security.md)
+host = "127.0.0.1"                # its bind address (default: the node's host; a node's
+                                  # own admin_host wins)
+token = "..."                     # or: token_file = "admin.token". With a token, /status and
+                                  # every path but /healthz and /metrics need the header
+                                  # Authorization: Bearer <token> (else 401)
+
+[security]                        # TLS, SASL, ACLs: docs/security.md
+audit_log = "data/audit/{node}.jsonl"  # JSON lines of security events, {node} = main-1,
+                                  # proxy-101 (default <data_dir>/audit/{node}.jsonl;
+                                  # "" or false: off); docs/formats.md, "Audit log"
                                   # mutual TLS under it: [security] rpc_tls = true, with
                                   # rpc_ssl_certfile, rpc_ssl_keyfile, rpc_ssl_cafile (default:
                                   # the ssl_* ones) and rpc_ssl_check_hostname (docs/security.md)
@@ -152,6 +164,8 @@ class MainBrokerNode:
     broker: BrokerConfig
     admin_host: str
     admin_port: int
+    admin_token: str | None = field(default=None, repr=False)  # [admin] token
+    audit_log: str | None = None  # [security] audit_log ({node} unreplaced); None: off
 
 
 @dataclass
@@ -159,6 +173,8 @@ class ProxyNode:
     proxy: ProxyConfig
     admin_host: str
     admin_port: int
+    admin_token: str | None = field(default=None, repr=False)  # [admin] token
+    audit_log: str | None = None  # [security] audit_log ({node} unreplaced); None: off
 
 
 @dataclass(frozen=True)
@@ -170,6 +186,7 @@ class FleetNode:
     zone: str
     admin_host: str
     admin_port: int
+    admin_token: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -209,11 +226,25 @@ class FleetConfig:
 
     def nodes(self) -> list[FleetNode]:
         out = [
-            FleetNode(m.broker.node_id, "main", m.broker.zone, m.admin_host, m.admin_port)
+            FleetNode(
+                m.broker.node_id,
+                "main",
+                m.broker.zone,
+                m.admin_host,
+                m.admin_port,
+                m.admin_token,
+            )
             for m in self.mains
         ]
         out += [
-            FleetNode(p.proxy.node_id, "proxy", p.proxy.zone, p.admin_host, p.admin_port)
+            FleetNode(
+                p.proxy.node_id,
+                "proxy",
+                p.proxy.zone,
+                p.admin_host,
+                p.admin_port,
+                p.admin_token,
+            )
             for p in self.proxies
         ]
         return out
@@ -793,6 +824,70 @@ def _rpc_tls(
         p.proxy.rpc_tls = settings
 
 
+MIN_ADMIN_TOKEN_CHARS = 16
+
+
+def _admin(
+    doc: dict[str, Any], mains: list[MainBrokerNode], proxies: list[ProxyNode], base_dir: Path
+) -> None:
+    """[admin]: the bind address of every node's admin port (a node's admin_host wins) and
+    the bearer token that guards /status (token or token_file; none: open, as before)."""
+    raw = dict(doc.get("admin", {}))
+    unknown = set(raw) - {"host", "token", "token_file"}
+    if unknown:
+        raise ConfigError(f"[admin] has unknown keys {sorted(unknown)} (host, token, token_file)")
+    token, token_file = raw.get("token"), raw.get("token_file")
+    if token is not None and token_file is not None:
+        raise ConfigError("[admin] takes token or token_file, not both")
+    if token_file is not None:
+        path = Path(str(token_file))
+        if not path.is_absolute():
+            path = base_dir / path
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read [admin] token_file {path}: {exc}") from None
+    if token is not None:
+        token = str(token)
+        if len(token) < MIN_ADMIN_TOKEN_CHARS or not all(33 <= ord(c) < 127 for c in token):
+            raise ConfigError(
+                f"the [admin] token must be at least {MIN_ADMIN_TOKEN_CHARS} printable ASCII "
+                "characters without spaces (e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))')"
+            )
+    host = raw.get("host")
+    nodes: list[tuple[dict[str, Any], MainBrokerNode | ProxyNode]] = [
+        *zip(doc.get("main_brokers", []), mains, strict=True),
+        *zip(doc.get("proxies", []), proxies, strict=True),
+    ]
+    for entry, node in nodes:
+        if host is not None and "admin_host" not in entry:
+            node.admin_host = str(host)
+        node.admin_token = token
+
+
+def _audit_log(
+    mains: list[MainBrokerNode],
+    proxies: list[ProxyNode],
+    security: dict[str, Any],
+    data_dir: Path,
+    base_dir: Path,
+) -> None:
+    """[security] audit_log: the path of each node's audit log, `{node}` standing for the
+    node's name (main-1, proxy-101); "" or false: no audit log."""
+    raw = security.get("audit_log", str(data_dir / "audit" / "{node}.jsonl"))
+    if raw is False or raw == "":
+        path = None
+    elif isinstance(raw, str):
+        path = raw if Path(raw).is_absolute() else str(base_dir / raw)
+    else:
+        raise ConfigError(f'[security] audit_log is a path, "" or false: {raw!r}')
+    for main in mains:
+        main.audit_log = path
+    for proxy in proxies:
+        proxy.audit_log = path
+
+
 def _may_share_a_host(a: str, b: str) -> bool:
     """Whether binds on `a` and `b` would clash on one machine, as far as the file can tell.
 
@@ -931,6 +1026,8 @@ def parse_fleet_config(
     )
     _security(proxies, dict(doc.get("security", {})), base_dir)
     _rpc_tls(mains, proxies, dict(doc.get("security", {})), base_dir)
+    _admin(doc, mains, proxies, base_dir)
+    _audit_log(mains, proxies, doc.get("security", {}), data_dir, base_dir)
     _register_proxies(proxies, metadata_url, mains)
     _storage(mains, proxies, doc.get("storage", {}), base_dir)
     zone_proxies = [

@@ -3,10 +3,11 @@ that SASL_SSL and mTLS can be tried in one command.
 
 Under `<data-dir>/tls/`: the fleet PKI (`fleet/certs.py`: ca.pem, server.pem/.key valid for
 localhost and 127.0.0.1, client-admin.pem/.key), `plain.json` (user `admin`, its password
-hashed, `kafka_wire/sasl/plain.py`) and `admin.password` (0600). Each zone proxy gets two
-named listeners: SASL_SSL on +5 and SSL with required client certificates on +6 (offsets
-from base + 10*K, as `local_zones_fleet_toml` lays ports out); a certificate's CN is its
-principal.
+hashed, `kafka_wire/sasl/plain.py`), `admin.password` (0600) and `admin.token` (0600, the
+`[admin] token_file`: /status on every admin port needs it as a bearer token). Each zone
+proxy gets two named listeners: SASL_SSL on +5 and SSL with required client certificates on
++6 (offsets from base + 10*K, as `local_zones_fleet_toml` lays ports out); a certificate's
+CN is its principal.
 
 Internal RPC runs over mutual TLS too (`[security] rpc_tls`, internal_rpc/tls.py), with a CA
 of its own under `rpc/` (`fleet/certs.py` `write_internal_pki`: ca.pem, ca.key, node.pem and
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -49,7 +50,9 @@ class LocalTls:
     client_cert: Path
     client_key: Path
     plain_credentials: Path
-    admin_password: str
+    admin_password: str = field(repr=False)
+    admin_token_file: Path
+    admin_token: str = field(repr=False)
 
     def security_toml(self) -> str:
         return (
@@ -70,6 +73,16 @@ class LocalTls:
     def rpc_directory(self) -> Path:
         """The internal RPC PKI: ca.pem, ca.key, node.pem, node.key."""
         return self.directory / "rpc"
+
+    def admin_toml(self) -> str:
+        return f'[admin]\ntoken_file = "{self.admin_token_file}"\n'
+
+    def admin_line(self) -> str:
+        """What `zonefleet up --tls` prints of the admin token."""
+        return (
+            f"admin token={self.admin_token} (in {self.admin_token_file}; /status on every "
+            "admin port wants the header Authorization: Bearer <token>)"
+        )
 
     @staticmethod
     def proxy_listeners_toml(zone_base: int) -> str:
@@ -102,9 +115,9 @@ def write_local_tls(data_dir: Path) -> LocalTls:
     password = secrets.token_urlsafe(18)
     plain = directory / "plain.json"
     plain.write_bytes(dump_credentials({ADMIN: make_credential(password)}))
-    fd = os.open(directory / "admin.password", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(password + "\n")
+    _write_secret(directory / "admin.password", password)
+    token = secrets.token_urlsafe(32)
+    _write_secret(directory / "admin.token", token)
     write_internal_pki(directory / "rpc", ("localhost", "127.0.0.1"))
     client = pki.clients[ADMIN]
     return LocalTls(
@@ -116,4 +129,13 @@ def write_local_tls(data_dir: Path) -> LocalTls:
         client.key,
         plain,
         password,
+        directory / "admin.token",
+        token,
     )
+
+
+def _write_secret(path: Path, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to a file left by an earlier run
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")

@@ -1,4 +1,5 @@
-"""`zonefleet status`: every node of the fleet, read through its admin HTTP API."""
+"""`zonefleet status`: every node of the fleet, read through its admin HTTP API (with the
+fleet's `[admin] token`, when it has one, for /status)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import httpx
 import trio
 
+from fleet.admin_http import bearer_headers
 from fleet.config import WILDCARD_HOSTS, ConfigError, FleetNode, load_fleet_config
 
 __all__ = [
@@ -64,7 +66,7 @@ async def _probe(client: httpx.AsyncClient, node: FleetNode) -> NodeStatus:
     )
     try:
         health = await client.get(base + "/healthz")
-        status = await client.get(base + "/status")
+        status = await client.get(base + "/status", headers=bearer_headers(node.admin_token))
     except httpx.HTTPError:
         return result
     result.healthy = health.status_code == 200

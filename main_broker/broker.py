@@ -81,6 +81,7 @@ from main_broker.txn.coordinator import TxnCoordinator
 from main_broker.txn.markers import allow, write_markers
 from shared_wal import WalError, WalReader, WalWriter, open_wal_fs
 from telemetry import UNKNOWN_ZONE, BadInputLog, BrokerMetrics, MetricsRegistry
+from telemetry.audit import AuditLog
 
 log = logging.getLogger("zonefleet.main_broker")
 
@@ -162,8 +163,15 @@ class MainBroker:
     store); ACLs and SCRAM credentials to `security`; each API to its handler module.
     """
 
-    def __init__(self, config: BrokerConfig, registry: MetricsRegistry | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        registry: MetricsRegistry | None = None,
+        *,
+        audit: AuditLog | None = None,  # security events (telemetry/audit.py); None: off
+    ) -> None:
         self.config = config
+        self.audit = audit or AuditLog.off(f"main-{config.node_id}")
         self.registry = registry or MetricsRegistry()
         self.metrics = BrokerMetrics.create(self.registry)
         # Warnings about what peers send, rate-limited per peer and counted by kind.

@@ -40,8 +40,9 @@ from kafka_wire.acl.rules import CLUSTER_NAME
 from kafka_wire.codec import RequestHeader, build_response, encode_response
 from kafka_wire.errors import ErrorCode
 from kafka_wire.security_docs import ACLS_DOC, AclsDoc, SecurityDocError, doc_key
-from kafka_wire.server_loop import Buffer, ConnectionInfo
+from kafka_wire.server_loop import Buffer, ConnectionInfo, api_name
 from s3_commit import AsyncObjectStore, ObjectStoreError
+from telemetry.audit import AuditLog, OperationDenied
 
 __all__ = ["ACL_REFRESH_S", "AclSettings", "ProxyAccess"]
 
@@ -69,6 +70,14 @@ TOPIC, GROUP, CLUSTER, TXN = (
     ResourceType.CLUSTER,
     ResourceType.TRANSACTIONAL_ID,
 )
+# What a denial on each resource type answers, as the audit log's outcome.
+DENIED_OUTCOME: dict[int, str] = {
+    TOPIC: "TOPIC_AUTHORIZATION_FAILED",
+    GROUP: "GROUP_AUTHORIZATION_FAILED",
+    CLUSTER: "CLUSTER_AUTHORIZATION_FAILED",
+    TXN: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+}
+CLOSED = "CONNECTION_CLOSED"
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,9 @@ class NotAuthorized(Exception):
 
 
 class ProxyAccess:
-    def __init__(self, settings: AclSettings) -> None:
+    def __init__(self, settings: AclSettings, audit: AuditLog | None = None) -> None:
         self.settings = settings
+        self.audit = audit or AuditLog.off()  # every denial goes there (`denied`)
         self.authorizer = Authorizer((), settings.super_users, allow_everyone_if_no_acl_found=False)
         self.synced = trio.Event()
         self.version = -1  # of the ACL document in force
@@ -126,10 +136,49 @@ class ProxyAccess:
                 log.warning("ACLs not refreshed from %s: %s", key, exc)
             await trio.sleep(ACL_REFRESH_S)
 
-    def allows(self, conn: ConnectionInfo, operation: Operation, rtype: int, name: str) -> bool:
+    def allows(
+        self,
+        conn: ConnectionInfo,
+        operation: Operation,
+        rtype: int,
+        name: str,
+        *,
+        audit: bool = True,
+    ) -> bool:
+        """Whether the principal may; a denial goes to the audit log unless `audit` is False
+        (a topic left out of an all-topics Metadata answer, which Kafka does not log)."""
         if not self.settings.enabled:
             return True
-        return self.authorizer.authorize(conn.principal, conn.peer_host, operation, rtype, name)
+        if self.authorizer.authorize(conn.principal, conn.peer_host, operation, rtype, name):
+            return True
+        if audit:
+            self.denied(conn, operation, rtype, name)
+        return False
+
+    def denied(
+        self,
+        conn: ConnectionInfo,
+        operation: Operation,
+        rtype: int,
+        name: str,
+        api: str | None = None,
+        outcome: str | None = None,
+    ) -> None:
+        """An audit line for a denial (rate-limited there): by default the error code a
+        denial on the resource type answers."""
+        self.audit.record(
+            OperationDenied(
+                conn.principal,
+                conn.peer_host,
+                conn.peer_port,
+                conn.listener,
+                api,
+                _enum_name(ResourceType, rtype),
+                name,
+                _enum_name(Operation, operation),
+                outcome or DENIED_OUTCOME.get(rtype, "DENIED"),
+            )
+        )
 
     def is_super(self, conn: ConnectionInfo) -> bool:
         return conn.principal in self.settings.super_users
@@ -174,6 +223,7 @@ class ProxyAccess:
             return self._answer(header, _list_offsets_denied(request, set(denied)))
         if self.is_super(conn):
             return None
+        self.denied(conn, Operation.ALL, CLUSTER, CLUSTER_NAME, api_name(key), CLOSED)
         raise NotAuthorized(
             f"api {key} is for super users only while its ACL checks are not done per "
             f"resource; {conn.principal} from {conn.peer_host}"
@@ -255,6 +305,7 @@ class ProxyAccess:
             ) or authz.authorize_any(principal, host, Operation.WRITE, TOPIC):
                 return None
             code = ErrorCode.cluster_authorization_failed
+            self.denied(conn, Operation.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME, "InitProducerId")
         return self._answer(header, {"error_code": code, "producer_id": -1, "producer_epoch": -1})
 
     @staticmethod
@@ -264,7 +315,9 @@ class ProxyAccess:
     # -- Metadata ----------------------------------------------------------------------------
 
     def may_auto_create(self, conn: ConnectionInfo) -> bool:
-        return self.allows(conn, Operation.CREATE, CLUSTER, CLUSTER_NAME)
+        # Not audited, as in Kafka: most clients ask for auto-creation in every Metadata
+        # request, and a denial only drops the flag.
+        return self.allows(conn, Operation.CREATE, CLUSTER, CLUSTER_NAME, audit=False)
 
     def filter_metadata(
         self, data: dict[str, Any], requested: bool, conn: ConnectionInfo
@@ -276,7 +329,7 @@ class ProxyAccess:
         topics = []
         for topic in data.get("topics") or ():
             name = topic.get("name")
-            if name is None or self.allows(conn, Operation.DESCRIBE, TOPIC, name):
+            if name is None or self.allows(conn, Operation.DESCRIBE, TOPIC, name, audit=requested):
                 topics.append(topic)
             elif requested:
                 topics.append(
@@ -288,6 +341,13 @@ class ProxyAccess:
                     }
                 )
         return {**data, "topics": topics}
+
+
+def _enum_name(enum: type[ResourceType] | type[Operation], code: int) -> str:
+    try:
+        return enum(code).name
+    except ValueError:
+        return str(code)
 
 
 def _offset_commit_denied(request: Any) -> dict[str, Any]:

@@ -69,6 +69,7 @@ from shared_wal import PreparedTrim, WalPosition, WalWriter, open_wal_fs
 from shared_wal.batch_index import BatchEntry
 from shared_wal.batch_reader import BatchReader
 from telemetry import BadInputLog, BrokerMetrics, MetricsRegistry
+from telemetry.audit import AuditLog
 from zone_router import (
     Node,
     Topology,
@@ -107,7 +108,13 @@ class ProxyBroker:
     with, and its traffic ledger. It holds no partition state of its own: every decision
     about a partition (offsets, producer state, leadership) is its main's."""
 
-    def __init__(self, config: ProxyConfig, registry: MetricsRegistry | None = None) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        registry: MetricsRegistry | None = None,
+        *,
+        audit: AuditLog | None = None,  # security events (telemetry/audit.py); None: off
+    ) -> None:
         self.config = config
         self.registry = registry or MetricsRegistry()
         self.metrics = BrokerMetrics.create(self.registry)
@@ -161,8 +168,9 @@ class ProxyBroker:
             self.bad_input,
             config.tls,
             config.ssl_principal_mapping_rules,
+            audit=audit,
         )
-        self.access = ProxyAccess(config.acl)
+        self.access = ProxyAccess(config.acl, audit)
         self.topology = self._topology()
         self.wal: WalWriter
         self.batches: BatchReader

@@ -35,6 +35,7 @@ from kafka_wire.server_loop import ConnectionGate, ConnectionInfo
 from kafka_wire.tls import ReloadingContext, SslPrincipalMapper, TlsSettings, ssl_principal, watch
 from s3_commit import AsyncObjectStore, ObjectStoreError
 from telemetry import BadInputLog, BrokerMetrics
+from telemetry.audit import AuditLog, AuthenticationFailed
 
 __all__ = ["SCRAM_REFRESH_S", "ProxyListeners"]
 
@@ -59,11 +60,13 @@ class ProxyListeners:
         bad_input: BadInputLog,
         tls: TlsSettings | None = None,
         principal_rules: str | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self.listeners = listeners
         self.settings = settings
         self.metrics = metrics
         self.bad_input = bad_input
+        self.audit = audit or AuditLog.off()
         self.scram = ScramDoc()
         self.scram_synced = trio.Event()  # the stored credentials were read once
         self.plain = PlainCredentials({})
@@ -107,6 +110,18 @@ class ProxyListeners:
 
     def _failed(self, conn: ConnectionInfo, failure: SaslAuthenticationFailed) -> None:
         self.metrics.auth_failures.labels(conn.listener, failure.mechanism).inc()
+        self.audit.record(
+            AuthenticationFailed(
+                conn.principal,
+                conn.peer_host,
+                conn.peer_port,
+                conn.listener,
+                failure.mechanism,
+                failure.user,
+                failure.reason,
+                failure.error_code.name.upper(),
+            )
+        )
 
     def advertised(self) -> tuple[tuple[str, str, int], ...]:
         """(name, host, port) of each listener, once bound."""

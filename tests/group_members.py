@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from fleet.admin_http import bearer_headers
 from tests.fleet_process import FleetProcess
 from tests.raw_kafka import RawKafka
 from tests.test_fleet_supervisor import node_pids
@@ -285,6 +286,7 @@ def restart_main(proc: FleetProcess, fleet: ZoneFleet, node_id: int) -> float:
 def _proxy_has_main(fleet: ZoneFleet, zone: str, node_id: int) -> bool:
     proxy = next(p for p in fleet.config.proxies if p.proxy.zone == zone)
     url = f"http://{proxy.admin_host}:{proxy.admin_port}/status"
-    with urllib.request.urlopen(url, timeout=5) as resp:
+    request = urllib.request.Request(url, headers=bearer_headers(proxy.admin_token))
+    with urllib.request.urlopen(request, timeout=5) as resp:
         status = json.load(resp)
     return bool(status["mains"].get(str(node_id)))

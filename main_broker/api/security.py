@@ -1,15 +1,21 @@
 """CreateAcls, DescribeAcls, DeleteAcls, DescribeUserScramCredentials and
 AlterUserScramCredentials, answered as Apache Kafka 4.x does with its StandardAuthorizer.
 
-The ACLs and credentials are stored (`main_broker.security.state`), not enforced yet. A
-request with a field that is exactly a type's UNKNOWN code (0) is one Kafka cannot parse, so
-the connection is closed; other codes outside an enum read as UNKNOWN and get INVALID_REQUEST
-per binding or filter, as in Kafka.
+The ACLs and credentials are stored (`main_broker.security.state`) and enforced by the zone
+proxies. Every change (and every change that failed to be written) is an audit line
+(`telemetry/audit.py`: acl_change, scram_change) with the principal and peer of the request
+as this main sees them: a request a proxy relays comes on listener `relay:<proxy id>` from
+its client's address.
+
+A request with a field that is exactly a type's UNKNOWN code (0) is one Kafka cannot parse,
+so the connection is closed; other codes outside an enum read as UNKNOWN and get
+INVALID_REQUEST per binding or filter, as in Kafka.
 """
 
 from __future__ import annotations
 
 import logging
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -17,15 +23,27 @@ from kio.schema.errors import ErrorCode
 from kafka_wire.acl.rules import (
     AclBinding,
     AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
     create_error,
     delete_filter_error,
     matching,
 )
+from kafka_wire.sasl.scram import MECHANISMS
 from kafka_wire.security_docs import AclsDoc, ScramDoc, SecurityDocError
 from kafka_wire.server_loop import CloseConnection
 from main_broker.security.scram import Deletion, Upsertion, alter_credentials, describe_credentials
 from s3_commit import ObjectStoreError
 from shared_wal import WalError
+from telemetry.audit import (
+    AclEntry,
+    AclsChanged,
+    ScramChange,
+    ScramCredentialsChanged,
+    change_outcome,
+)
 
 if TYPE_CHECKING:
     from main_broker.api.services import BrokerServices
@@ -49,6 +67,40 @@ _STORAGE_ERRORS = (ObjectStoreError, SecurityDocError, WalError, OSError)
 def _storage_message(exc: BaseException) -> str:
     log.warning("ACL / SCRAM document unavailable: %s", exc)
     return f"The security metadata could not be read or written: {exc}"
+
+
+def _enum_name(enum: type[IntEnum], code: int) -> str:
+    try:
+        return enum(code).name
+    except ValueError:
+        return f"UNKNOWN({code})"
+
+
+def _code_name(code: int) -> str:
+    return _enum_name(ErrorCode, code).upper()
+
+
+def _audit_acls(
+    broker: BrokerServices, ctx: RequestContext, api: str, acls: list[AclBinding], outcome: str
+) -> None:
+    conn = ctx.conn
+    entries = tuple(
+        AclEntry(
+            _enum_name(ResourceType, b.resource_type),
+            b.name,
+            _enum_name(PatternType, b.pattern_type),
+            b.principal,
+            b.host,
+            _enum_name(Operation, b.operation),
+            _enum_name(Permission, b.permission),
+        )
+        for b in acls
+    )
+    broker.audit.record(
+        AclsChanged(
+            conn.principal, conn.peer_host, conn.peer_port, conn.listener, api, entries, outcome
+        )
+    )
 
 
 def _filter(f: Any) -> AclFilter:
@@ -94,12 +146,14 @@ async def create_acls(broker: BrokerServices, ctx: RequestContext, req: Any) -> 
 
         try:
             await broker.security.change_acls(add)
+            _audit_acls(broker, ctx, "CreateAcls", valid, "NONE")
         except _STORAGE_ERRORS as exc:
             failed = {
                 "error_code": ErrorCode.unknown_server_error,
                 "error_message": _storage_message(exc),
             }
             results = [r if r["error_code"] else dict(failed) for r in results]
+            _audit_acls(broker, ctx, "CreateAcls", valid, "UNKNOWN_SERVER_ERROR")
     return {"results": results}
 
 
@@ -166,12 +220,16 @@ async def delete_acls(broker: BrokerServices, ctx: RequestContext, req: Any) -> 
         matched = await broker.security.change_acls(remove)
     except _STORAGE_ERRORS as exc:
         message = _storage_message(exc)
+        _audit_acls(broker, ctx, "DeleteAcls", [], "UNKNOWN_SERVER_ERROR")
         return {
             "filter_results": [
                 {"error_code": ErrorCode.unknown_server_error, "error_message": message}
                 for _ in filters
             ]
         }
+    deleted = sorted({b for acls in matched for b in acls})
+    if deleted:
+        _audit_acls(broker, ctx, "DeleteAcls", deleted, "NONE")
     results = []
     for e, acls in zip(errors, matched, strict=True):
         if e is not None:
@@ -237,7 +295,45 @@ async def alter_user_scram_credentials(
             {"user": user, "error_code": ErrorCode.unknown_server_error, "error_message": message}
             for user in users
         ]
+    _audit_scram(broker, ctx, deletions, upsertions, results)
     return {"results": results}
+
+
+def _audit_scram(
+    broker: BrokerServices,
+    ctx: RequestContext,
+    deletions: list[Deletion],
+    upsertions: list[Upsertion],
+    results: list[dict[str, Any]],
+) -> None:
+    """One scram_change line: each credential named, with its user's outcome (never a salt,
+    a salted password or a key)."""
+    if not deletions and not upsertions:
+        return
+    outcomes = {r["user"]: _code_name(r["error_code"]) for r in results}
+
+    def mechanism(code: int) -> str:
+        return MECHANISMS[code][0] if code in MECHANISMS else f"UNKNOWN({code})"
+
+    changes = tuple(
+        ScramChange(d.user, mechanism(d.mechanism), "delete", outcomes.get(d.user, "NONE"))
+        for d in deletions
+    ) + tuple(
+        ScramChange(u.user, mechanism(u.mechanism), "upsert", outcomes.get(u.user, "NONE"))
+        for u in upsertions
+    )
+    conn = ctx.conn
+    broker.audit.record(
+        ScramCredentialsChanged(
+            conn.principal,
+            conn.peer_host,
+            conn.peer_port,
+            conn.listener,
+            "AlterUserScramCredentials",
+            changes,
+            change_outcome([c.outcome for c in changes]),
+        )
+    )
 
 
 async def sasl_handshake(broker: BrokerServices, ctx: RequestContext, req: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from main_broker.security.state import SecurityState
     from main_broker.txn.coordinator import TxnCoordinator
     from telemetry import BrokerMetrics
+    from telemetry.audit import AuditLog
 
 
 class BrokerServices(AppendHost, Protocol):
@@ -43,6 +44,8 @@ class BrokerServices(AppendHost, Protocol):
     def cluster(self) -> ClusterView: ...
     @property
     def security(self) -> SecurityState: ...
+    @property
+    def audit(self) -> AuditLog: ...
     @property
     def retention(self) -> ObjectRetention | None: ...
     @property
