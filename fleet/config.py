@@ -16,6 +16,9 @@ az_id = "use1-az1"
 
 [internal]                        # shared secret of the internal RPC (mains <-> proxies)
 secret = "..."                    # or: secret_file = "secret.txt"
+                                  # mutual TLS under it: [security] rpc_tls = true, with
+                                  # rpc_ssl_certfile, rpc_ssl_keyfile, rpc_ssl_cafile (default:
+                                  # the ssl_* ones) and rpc_ssl_check_hostname (docs/security.md)
 
 [admin]                           # every node's admin HTTP endpoint (docs/security.md)
 host = "127.0.0.1"                # its bind address (default: the node's host; a node's
@@ -28,9 +31,6 @@ token = "..."                     # or: token_file = "admin.token". With a token
 audit_log = "data/audit/{node}.jsonl"  # JSON lines of security events, {node} = main-1,
                                   # proxy-101 (default <data_dir>/audit/{node}.jsonl;
                                   # "" or false: off); docs/formats.md, "Audit log"
-                                  # mutual TLS under it: [security] rpc_tls = true, with
-                                  # rpc_ssl_certfile, rpc_ssl_keyfile, rpc_ssl_cafile (default:
-                                  # the ssl_* ones) and rpc_ssl_check_hostname (docs/security.md)
 
 [cidrs]                           # client networks -> zone (or [[cidrs]] cidr = ..., zone = ...)
 "10.0.0.0/20" = "us-east-1a"
@@ -780,50 +780,6 @@ def _tls_settings(raw: dict[str, Any], base_dir: Path) -> TlsSettings | None:
         raise ConfigError(f"[security] {exc}") from None
 
 
-def _rpc_tls(
-    mains: list[MainBrokerNode], proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path
-) -> None:
-    """[security] rpc_tls = true: internal RPC over mutual TLS, under the HMAC handshake
-    (internal_rpc/tls.py). rpc_ssl_certfile, rpc_ssl_keyfile and rpc_ssl_cafile (the fleet CA)
-    default to the listeners' ssl_certfile, ssl_keyfile and ssl_cafile, rpc_ssl_key_password
-    to ssl_key_password while the key is the listeners'; rpc_ssl_check_hostname (default
-    true): a client checks that a main's certificate names the host it dials. The material
-    is loaded once here, so that a bad file stops the node with a line that names it."""
-    enabled = raw.get("rpc_tls", False)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"[security] rpc_tls is true or false, not {enabled!r}")
-    if not enabled:
-        return
-    paths = {
-        k: raw.get(f"rpc_{k}", raw.get(k)) for k in ("ssl_certfile", "ssl_keyfile", "ssl_cafile")
-    }
-    missing = [f"rpc_{k} (or {k})" for k, v in paths.items() if v is None]
-    if missing:
-        raise ConfigError(
-            f"[security] rpc_tls needs {', '.join(missing)}: the node's fleet certificate, its "
-            "key and the fleet CA"
-        )
-    check_hostname = raw.get("rpc_ssl_check_hostname", True)
-    if not isinstance(check_hostname, bool):
-        raise ConfigError("[security] rpc_ssl_check_hostname is true or false")
-    password = raw.get("rpc_ssl_key_password")
-    if password is None and "rpc_ssl_keyfile" not in raw:
-        password = raw.get("ssl_key_password")
-    cert, key, ca = (str(base_dir / str(paths[k])) for k in paths)
-    settings = RpcTlsSettings(
-        cert, key, ca, None if password is None else str(password), check_hostname
-    )
-    try:
-        RpcTls(settings, server_side=True)
-        RpcTls(settings, server_side=False)
-    except TlsConfigError as exc:
-        raise ConfigError(f"[security] rpc_tls: {exc}") from None
-    for m in mains:
-        m.broker.rpc_tls = settings
-    for p in proxies:
-        p.proxy.rpc_tls = settings
-
-
 MIN_ADMIN_TOKEN_CHARS = 16
 
 
@@ -886,6 +842,50 @@ def _audit_log(
         main.audit_log = path
     for proxy in proxies:
         proxy.audit_log = path
+
+
+def _rpc_tls(
+    mains: list[MainBrokerNode], proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path
+) -> None:
+    """[security] rpc_tls = true: internal RPC over mutual TLS, under the HMAC handshake
+    (internal_rpc/tls.py). rpc_ssl_certfile, rpc_ssl_keyfile and rpc_ssl_cafile (the fleet CA)
+    default to the listeners' ssl_certfile, ssl_keyfile and ssl_cafile, rpc_ssl_key_password
+    to ssl_key_password while the key is the listeners'; rpc_ssl_check_hostname (default
+    true): a client checks that a main's certificate names the host it dials. The material
+    is loaded once here, so that a bad file stops the node with a line that names it."""
+    enabled = raw.get("rpc_tls", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"[security] rpc_tls is true or false, not {enabled!r}")
+    if not enabled:
+        return
+    paths = {
+        k: raw.get(f"rpc_{k}", raw.get(k)) for k in ("ssl_certfile", "ssl_keyfile", "ssl_cafile")
+    }
+    missing = [f"rpc_{k} (or {k})" for k, v in paths.items() if v is None]
+    if missing:
+        raise ConfigError(
+            f"[security] rpc_tls needs {', '.join(missing)}: the node's fleet certificate, its "
+            "key and the fleet CA"
+        )
+    check_hostname = raw.get("rpc_ssl_check_hostname", True)
+    if not isinstance(check_hostname, bool):
+        raise ConfigError("[security] rpc_ssl_check_hostname is true or false")
+    password = raw.get("rpc_ssl_key_password")
+    if password is None and "rpc_ssl_keyfile" not in raw:
+        password = raw.get("ssl_key_password")
+    cert, key, ca = (str(base_dir / str(paths[k])) for k in paths)
+    settings = RpcTlsSettings(
+        cert, key, ca, None if password is None else str(password), check_hostname
+    )
+    try:
+        RpcTls(settings, server_side=True)
+        RpcTls(settings, server_side=False)
+    except TlsConfigError as exc:
+        raise ConfigError(f"[security] rpc_tls: {exc}") from None
+    for m in mains:
+        m.broker.rpc_tls = settings
+    for p in proxies:
+        p.proxy.rpc_tls = settings
 
 
 def _may_share_a_host(a: str, b: str) -> bool:
