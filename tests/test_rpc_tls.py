@@ -5,6 +5,7 @@ with one log line and no traceback, and the server keeps serving."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 import ssl
 import tomllib
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import trio
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from fleet.certs import (
@@ -160,6 +162,34 @@ async def test_a_client_with_another_cas_certificate_is_refused(
     no_traceback(caplog)
 
 
+async def test_an_expired_fleet_certificate_is_refused(
+    pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "zonefleet.rpc")
+    fleet = pki.directory / "fleet"
+    ca_key = serialization.load_pem_private_key((fleet / "ca.key").read_bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate((fleet / "ca.pem").read_bytes())
+    past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
+    key, cert = issue_certificate(
+        ca_key,  # type: ignore[arg-type]
+        ca_cert,
+        "zonefleet-node",
+        client=True,
+        not_after=past,
+    )
+    write_certificate(tmp_path / "old.pem", cert)
+    write_private_key(tmp_path / "old.key", key)
+    expired = replace(pki.fleet, cert_file=tmp_path / "old.pem", key_file=tmp_path / "old.key")
+    async with running(tls_server(pki.fleet)) as port:
+        client = RpcClient(7, SECRET, HOST, port, tls=expired)
+        with pytest.raises(RpcAuthError, match="refused our certificate"):
+            await client.call("echo", {})
+        await client.aclose()
+    [line] = refusals(caplog)
+    assert "certificate verify failed: certificate has expired" in line
+    no_traceback(caplog)
+
+
 async def test_a_plaintext_client_on_the_tls_port_is_refused(
     pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -252,8 +282,6 @@ async def test_a_rotated_certificate_is_used_by_the_next_connection(tmp_path: Pa
         first = RpcClient(7, SECRET, HOST, port, tls=tls)
         await first.call("echo", {})
         before = serial(first)
-        from cryptography.hazmat.primitives import serialization
-
         ca_key = serialization.load_pem_private_key(fleet.ca_key.read_bytes(), None)
         ca_cert = x509.load_pem_x509_certificate(fleet.ca_cert.read_bytes())
         key, cert = issue_certificate(
