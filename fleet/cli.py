@@ -29,6 +29,7 @@ from fleet.local_tls import write_local_tls
 from fleet.logs import configure_logging
 from fleet.node import run_main_broker_node, run_proxy_node
 from fleet.node_config import add_node_config_parser, run_node_config_command
+from fleet.quotas_cli import add_quotas_parser, run_quotas_command
 from fleet.report_cli import add_report_parser, run_report_command
 from fleet.status_cli import add_status_parser, run_status_command
 from fleet.supervisor import PARENT_PID_ENV, NodeFailed, NodeSpec, Supervisor, exit_with_parent
@@ -94,6 +95,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     add_topics_parser(sub)
+    add_quotas_parser(sub)
     add_status_parser(sub)
     add_inspect_parser(sub)
     add_report_parser(sub)
@@ -238,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "topics":
             return run_topics_command(args)
+        if args.command == "quotas":
+            return run_quotas_command(args)
         if args.command == "status":
             return run_status_command(args)
         if args.command == "inspect-object":

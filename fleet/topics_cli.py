@@ -33,17 +33,17 @@ def add_topics_parser(sub: Any) -> None:
     delete.add_argument("name")
 
 
-def _split_bootstrap(bootstrap: str) -> tuple[str, int]:
+def split_bootstrap(bootstrap: str) -> tuple[str, int]:
     host, _, port = bootstrap.rpartition(":")
     return host or "127.0.0.1", int(port)
 
 
-def _error_name(code: Any) -> str:
+def error_name(code: Any) -> str:
     return getattr(code, "name", str(code))
 
 
 async def _run(args: argparse.Namespace) -> int:
-    host, port = _split_bootstrap(args.bootstrap)
+    host, port = split_bootstrap(args.bootstrap)
     client = await KafkaClient.connect(host, port)
     try:
         cmd = args.topics_command
@@ -76,7 +76,7 @@ async def _run(args: argparse.Namespace) -> int:
             result = resp.topics[0]
             if int(result.error_code) != 0:
                 print(
-                    f"error: {_error_name(result.error_code)}: {result.error_message}",
+                    f"error: {error_name(result.error_code)}: {result.error_message}",
                     file=sys.stderr,
                 )
                 return 1
@@ -89,7 +89,7 @@ async def _run(args: argparse.Namespace) -> int:
             )
             result = resp.responses[0]
             if int(result.error_code) != 0:
-                print(f"error: {_error_name(result.error_code)}", file=sys.stderr)
+                print(f"error: {error_name(result.error_code)}", file=sys.stderr)
                 return 1
             print(f"deleted topic {args.name}")
             return 0
@@ -110,7 +110,7 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         topic = meta.topics[0]
         if int(topic.error_code) != 0:
-            print(f"error: {_error_name(topic.error_code)}", file=sys.stderr)
+            print(f"error: {error_name(topic.error_code)}", file=sys.stderr)
             return 1
         cversion = client.pick_version(API_DESCRIBE_CONFIGS, 4)
         configs = await client.request(

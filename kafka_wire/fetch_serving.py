@@ -124,6 +124,16 @@ class FetchSource(Protocol[E]):
     def on_bytes_out(self, topic: str, nbytes: int) -> None: ...
 
 
+class FetchQuota(Protocol):
+    """A client's consumer byte-rate quota, as a Fetch sees it (`proxy_broker.quotas`)."""
+
+    def max_bytes(self, requested: int) -> int: ...
+
+    def throttle_ms(self, response_bytes: int) -> int:
+        """Records a response of this size: > 0 throttles it (and takes the record back)."""
+        ...
+
+
 def leader_epoch_error(leader_epoch: int, requested: int) -> ErrorCode | None:
     """The error for a request naming `requested` as the current leader epoch, if any."""
     if requested < 0 or requested == leader_epoch:
@@ -265,6 +275,7 @@ async def serve_fetch(
     hints: HintSource | None = None,
     *,
     authorized: Callable[[str], bool] | None = None,
+    quota: FetchQuota | None = None,
 ) -> list[Buffer]:
     """Answer a decoded Fetch request (v4+) with the encoded response pieces.
 
@@ -273,10 +284,14 @@ async def serve_fetch(
     FETCH_SESSION_ID_NOT_FOUND, which makes clients fall back to full fetches. ``hints`` names
     the leader for partitions answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (KIP-951).
     ``authorized(topic)`` says whether the client may READ a topic; the partitions of one it
-    may not are answered TOPIC_AUTHORIZATION_FAILED.
+    may not are answered TOPIC_AUTHORIZATION_FAILED. ``quota`` is the client's byte-rate
+    quota: it caps max_bytes, and a response that puts the client over it is answered empty
+    with the throttle time, its records never read (Kafka's throttled fetch response).
     """
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT_CAP_SECONDS)
     max_bytes = req.max_bytes if getattr(req, "max_bytes", None) is not None else DEFAULT_MAX_BYTES
+    if quota is not None:
+        max_bytes = quota.max_bytes(max_bytes)
     read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     if getattr(req, "session_id", 0) != 0:
         return encode_fetch_response(
@@ -298,6 +313,9 @@ async def serve_fetch(
             break
         with trio.move_on_at(deadline):
             await arrived.wait()
+    throttle_ms = 0 if quota is None or not total else quota.throttle_ms(total)
+    if throttle_ms > 0:
+        return encode_fetch_response(version, correlation_id, [], throttle_ms, session_id=0)
     for want, entries in chosen:
         try:
             records = await source.batches_bytes(entries)

@@ -1,8 +1,9 @@
-"""The access-list and SCRAM-credential documents: their bytes and their changes.
+"""The cluster's small documents (access lists, SCRAM credentials, client quotas): their
+bytes and their changes.
 
 Pure data, read by mains and zone proxies; `main_broker.security.doc_store` keeps them
 durable (object store by compare-and-swap with several mains, the WAL for a lone main).
-UTF-8 JSON without spaces (docs/formats.md, "ACL and SCRAM documents"):
+UTF-8 JSON without spaces (docs/formats.md, "ACL, SCRAM and quota documents"):
 
     acls.json:  {"format": 1, "version": int,
                  "acls": [[resource type, name, pattern type, principal, host, operation,
@@ -10,6 +11,9 @@ UTF-8 JSON without spaces (docs/formats.md, "ACL and SCRAM documents"):
     scram.json: {"format": 1, "version": int,
                  "users": {user: {mechanism name: {"salt": b64, "stored_key": b64,
                                                    "server_key": b64, "iterations": int}}}}
+    quotas.json: {"format": 1, "version": int,
+                  "quotas": [[{entity type: name or null}, {quota key: number}], ...]}
+                                          # sorted by entity; null is the <default> entry
 """
 
 from __future__ import annotations
@@ -22,13 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_wire.acl.rules import AclBinding
+from kafka_wire.quotas.entities import QuotaEntity, Quotas
 from kafka_wire.sasl.scram import MECHANISMS, ScramCredential
 
 __all__ = [
     "ACLS_DOC",
     "DOC_PREFIX",
+    "QUOTAS_DOC",
     "SCRAM_DOC",
     "AclsDoc",
+    "QuotasDoc",
     "ScramDoc",
     "SecurityDocError",
     "doc_key",
@@ -37,6 +44,7 @@ __all__ = [
 FORMAT = 1
 ACLS_DOC = "acls"
 SCRAM_DOC = "scram"
+QUOTAS_DOC = "quotas"
 DOC_PREFIX = "cluster/"  # with a metadata store, each document is the object cluster/<name>.json
 _MECHANISM_TYPES = {name: code for code, (name, _) in MECHANISMS.items()}
 
@@ -156,6 +164,63 @@ class ScramDoc:
         if credentials == self.credentials:
             return self
         return ScramDoc(self.version + 1, dict(credentials))
+
+
+@dataclass(frozen=True)
+class QuotasDoc:
+    """The client quotas AlterClientQuotas set (`kafka_wire.quotas`): entity -> key -> value."""
+
+    version: int = 0
+    quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        rows = sorted(
+            (
+                [entity.to_kafka(), {k: _number(v) for k, v in sorted(values.items())}]
+                for entity, values in self.quotas.items()
+            ),
+            key=lambda row: json.dumps(row[0]),
+        )
+        return _dump({"format": FORMAT, "version": self.version, "quotas": rows})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> QuotasDoc:
+        raw = _load(data, "quotas")
+        quotas: dict[QuotaEntity, dict[str, float]] = {}
+        try:
+            if not isinstance(raw["quotas"], list):
+                raise TypeError("quotas is not a list")
+            for entries, values in raw["quotas"]:
+                if not all(isinstance(n, str) or n is None for n in entries.values()):
+                    raise ValueError(f"bad entity {entries!r}")
+                entity = QuotaEntity.from_kafka(entries)
+                if entity in quotas:
+                    raise ValueError(f"entity {entity} listed twice")
+                checked: dict[str, float] = {}
+                for key, value in values.items():
+                    if type(value) not in (int, float) or not value > 0:
+                        raise ValueError(f"quota {key} of {entity} is {value!r}")
+                    checked[str(key)] = float(value)
+                quotas[entity] = checked
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SecurityDocError(f"corrupt quotas document: {exc!r}") from None
+        return cls(raw["version"], quotas)
+
+    @classmethod
+    def parse(cls, data: bytes | None) -> QuotasDoc:
+        """The document in these bytes; no document (None) is no quotas."""
+        return cls() if data is None else cls.from_bytes(data)
+
+    def with_quotas(self, quotas: Quotas) -> QuotasDoc:
+        new = {entity: dict(values) for entity, values in quotas.items() if values}
+        if new == self.quotas:
+            return self
+        return QuotasDoc(self.version + 1, new)
+
+
+def _number(value: float) -> float | int:
+    """A whole number without its ".0", so a value reads back and writes out the same bytes."""
+    return int(value) if float(value).is_integer() else float(value)
 
 
 def _b64(data: bytes) -> str:

@@ -59,6 +59,20 @@ class ConnectionIdentity:
         return f"ConnectionIdentity({self.principal!r}, {self.mechanism!r})"
 
 
+class ConnectionMute:
+    """Until when the connection is muted (trio time): a client over its quota is not read
+    from until its throttle time has passed (KIP-219), as Kafka mutes its channel."""
+
+    __slots__ = ("until",)
+
+    def __init__(self) -> None:
+        self.until = -math.inf
+
+    def mute_for(self, throttle_ms: int) -> None:
+        if throttle_ms > 0:
+            self.until = max(self.until, trio.current_time() + throttle_ms / 1000)
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionInfo:
     peer_host: str
@@ -66,6 +80,7 @@ class ConnectionInfo:
     local_port: int
     listener: str = "kafka"
     identity: ConnectionIdentity = field(default_factory=ConnectionIdentity, compare=False)
+    mute: ConnectionMute = field(default_factory=ConnectionMute, compare=False)
 
     @property
     def principal(self) -> str:
@@ -389,6 +404,8 @@ async def _serve_admitted(
             nursery.start_soon(_write_responses, stream, receive_slots, meter, in_flight)
             async with send_slots:
                 while True:
+                    if conn.mute.until > trio.current_time():  # throttled: not idle meanwhile
+                        await trio.sleep_until(conn.mute.until)
                     try:
                         with trio.move_on_after(idle_timeout_s or math.inf) as idle:
                             size = await reader.read_size()

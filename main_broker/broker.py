@@ -40,6 +40,9 @@ from kafka_wire.codec import (
 )
 from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
+from kafka_wire.quotas.enforcer import EXPIRY_INTERVAL_S, QUOTA_REFRESH_S, QuotaEnforcer
+from kafka_wire.quotas.manager import QuotaType
+from kafka_wire.security_docs import SecurityDocError
 from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
 from kafka_wire.topic_bytes import TopicFinish
 from main_broker.accounting import MainTraffic
@@ -48,6 +51,7 @@ from main_broker.api import configs as api_configs
 from main_broker.api import describe as api_describe
 from main_broker.api import fetch as api_fetch
 from main_broker.api import groups as group_handlers
+from main_broker.api import quotas as api_quotas
 from main_broker.api import security as api_security
 from main_broker.api import topics_admin as api_topics_admin
 from main_broker.api import txn as api_txn
@@ -79,6 +83,7 @@ from main_broker.security.state import SecurityState
 from main_broker.state_stream import publish_state
 from main_broker.txn.coordinator import TxnCoordinator
 from main_broker.txn.markers import allow, write_markers
+from s3_commit import ObjectStoreError
 from shared_wal import WalError, WalReader, WalWriter, open_wal_fs
 from telemetry import UNKNOWN_ZONE, BadInputLog, BrokerMetrics, MetricsRegistry
 from telemetry.audit import AuditLog
@@ -124,6 +129,8 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     44: ("IncrementalAlterConfigs", 0, 1),
+    48: ("DescribeClientQuotas", 0, 1),
+    49: ("AlterClientQuotas", 0, 1),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
     60: ("DescribeCluster", 0, 2),
@@ -199,6 +206,8 @@ class MainBroker:
             29: api_security.describe_acls,
             30: api_security.create_acls,
             31: api_security.delete_acls,
+            48: api_quotas.describe_client_quotas,
+            49: api_quotas.alter_client_quotas,
             50: api_security.describe_user_scram_credentials,
             51: api_security.alter_user_scram_credentials,
             17: api_security.sasl_handshake,
@@ -234,6 +243,7 @@ class MainBroker:
         self.txn: TxnCoordinator
         self.txn_offsets: PendingTxnOffsets
         self.security = SecurityState(self)
+        self.quotas = QuotaEnforcer()  # for the clients that reach this main directly
         self.commit_nursery: trio.Nursery
         self.appender: Appender
 
@@ -317,6 +327,7 @@ class MainBroker:
                     self.cluster = role = ClusterRole(self)
                     await role.start()
                     nursery.start_soon(role.run)
+                nursery.start_soon(self._keep_quotas_fresh)
                 self.coordinator.owns = self.cluster.owns_group
                 self.consumer_groups.owns = self.cluster.owns_group
                 await nursery.start(self.membership.run)
@@ -439,6 +450,24 @@ class MainBroker:
     async def _end_proxy_grace(self) -> None:
         await trio.sleep_until(self._proxy_grace_until)
         self.zone_view.set_live_proxies(self._live_proxies())
+
+    async def _keep_quotas_fresh(self) -> None:
+        """The client quotas this main enforces for the clients that reach it directly (a
+        proxy's clients are its proxy's to throttle), read every QUOTA_REFRESH_S."""
+        last_expiry = trio.current_time()
+        while True:
+            try:
+                self.quotas.update(await self.security.read_quotas())
+            except (ObjectStoreError, SecurityDocError, WalError, OSError) as exc:
+                log.warning("client quotas not refreshed: %s", exc)
+            if trio.current_time() - last_expiry >= EXPIRY_INTERVAL_S:
+                self.quotas.expire_idle()
+                last_expiry = trio.current_time()
+            await trio.sleep(QUOTA_REFRESH_S)
+
+    def direct_client(self, ctx: RequestContext) -> bool:
+        """A client connected to this main itself, not one a proxy relays for."""
+        return not ctx.conn.listener.startswith(RELAY_LISTENER_PREFIX)
 
     async def _rpc_relay(self, peer: RpcPeer, params: dict[str, Any]) -> dict[str, Any]:
         """A Kafka request a proxy relays for one of its clients; answers the response frame."""
@@ -583,6 +612,18 @@ class MainBroker:
                 f"from {conn.peer_host}:{conn.peer_port} client_id={header.client_id!r}"
             )
         ctx = RequestContext(header, conn)
+        if not self.quotas.manager.enabled(QuotaType.REQUEST) or not self.direct_client(ctx):
+            return self._begin(ctx, name, frame)
+        started = time.perf_counter_ns()
+        try:
+            return self._begin(ctx, name, frame)
+        finally:
+            spent = time.perf_counter_ns() - started
+            conn.mute.mute_for(self.quotas.request_throttle_ms(conn, header.client_id, spent))
+
+    def _begin(self, ctx: RequestContext, name: str, frame: bytearray) -> Finish:
+        header = ctx.header
+        key, version = header.api_key, header.api_version
         self.metrics.requests.labels(name).inc()
         started = time.perf_counter()
         latency = self.metrics.request_latency.labels(name)

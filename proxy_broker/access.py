@@ -39,9 +39,10 @@ from kafka_wire.acl import Authorizer, Operation, ResourceType
 from kafka_wire.acl.rules import CLUSTER_NAME
 from kafka_wire.codec import RequestHeader, build_response, encode_response
 from kafka_wire.errors import ErrorCode
-from kafka_wire.security_docs import ACLS_DOC, AclsDoc, SecurityDocError, doc_key
+from kafka_wire.security_docs import ACLS_DOC, AclsDoc
 from kafka_wire.server_loop import Buffer, ConnectionInfo, api_name
-from s3_commit import AsyncObjectStore, ObjectStoreError
+from proxy_broker.documents import follow_document
+from s3_commit import AsyncObjectStore
 from telemetry.audit import AuditLog, OperationDenied
 
 __all__ = ["ACL_REFRESH_S", "AclSettings", "ProxyAccess"]
@@ -101,7 +102,6 @@ class ProxyAccess:
         self.authorizer = Authorizer((), settings.super_users, allow_everyone_if_no_acl_found=False)
         self.synced = trio.Event()
         self.version = -1  # of the ACL document in force
-        self._etag: str | None = None
 
     @property
     def enabled(self) -> bool:
@@ -122,19 +122,7 @@ class ProxyAccess:
         self.version = doc.version
 
     async def keep_fresh(self, store: AsyncObjectStore) -> None:
-        key = doc_key(ACLS_DOC)
-        while True:
-            try:
-                found = await store.get(key)
-                # Parsed only when it changed: a large document would otherwise cost the
-                # event loop a parse every refresh, which shows in produce latency.
-                etag = None if found is None else found[1]
-                if etag is None or etag != self._etag:
-                    self.update(AclsDoc() if found is None else AclsDoc.from_bytes(found[0]))
-                    self._etag = etag
-            except (ObjectStoreError, SecurityDocError) as exc:
-                log.warning("ACLs not refreshed from %s: %s", key, exc)
-            await trio.sleep(ACL_REFRESH_S)
+        await follow_document(store, ACLS_DOC, _parse_acls, self.update, ACL_REFRESH_S)
 
     def allows(
         self,
@@ -341,6 +329,10 @@ class ProxyAccess:
                     }
                 )
         return {**data, "topics": topics}
+
+
+def _parse_acls(data: bytes | None) -> AclsDoc:
+    return AclsDoc() if data is None else AclsDoc.from_bytes(data)
 
 
 def _enum_name(enum: type[ResourceType] | type[Operation], code: int) -> str:

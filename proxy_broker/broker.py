@@ -43,6 +43,8 @@ from kafka_wire.fetch_serving import read_failures_fail_the_partition, serve_fet
 from kafka_wire.leader_epochs import API_OFFSET_FOR_LEADER_EPOCH, offsets_for_leader_epochs
 from kafka_wire.leader_hints import Endpoint, PartitionKey
 from kafka_wire.listeners import ListenerError
+from kafka_wire.quotas.enforcer import QuotaEnforcer
+from kafka_wire.quotas.manager import QuotaType
 from kafka_wire.server_loop import (
     Buffer,
     CloseConnection,
@@ -59,6 +61,7 @@ from proxy_broker.mirror import MainMirror, MirrorCache, MirrorPartition, Mirror
 from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from proxy_broker.prepared_trim import prepared_floor
 from proxy_broker.produce import begin_produce
+from proxy_broker.quotas import keep_quotas_fresh
 from proxy_broker.relay_plan import plan_relay
 from proxy_broker.secure_listeners import ProxyListeners
 from proxy_broker.sequence_guard import SequenceGuard
@@ -98,6 +101,7 @@ class RequestContext:
     header: RequestHeader
     conn: ConnectionInfo
     topics_named: bool = True  # a Metadata request that names its topics (not all of them)
+    throttle_ms: int = 0  # the client is over a quota: its response says so
 
 
 class ProxyBroker:
@@ -171,6 +175,7 @@ class ProxyBroker:
             audit=audit,
         )
         self.access = ProxyAccess(config.acl, audit)
+        self.quotas = QuotaEnforcer()
         self.topology = self._topology()
         self.wal: WalWriter
         self.batches: BatchReader
@@ -253,6 +258,8 @@ class ProxyBroker:
                             "the ACLs are"
                         )
                     nursery.start_soon(self._keep_acls_fresh, cfg.metadata_url)
+                if cfg.metadata_url is not None:
+                    nursery.start_soon(self._keep_quotas_fresh, cfg.metadata_url)
                 with trio.move_on_after(10):
                     for mirror in self.mirrors.values():
                         await mirror.synced.wait()
@@ -292,9 +299,7 @@ class ProxyBroker:
 
     async def _keep_registered(self, url: str) -> None:
         cfg = self.config
-        raw = await trio.to_thread.run_sync(open_object_store, url)
-        raw.traffic_hook = self.traffic.s3_request  # heartbeats are billed S3 requests
-        store = AsyncObjectStore(raw, max_threads=1)
+        store = await self._document_store(url)  # heartbeats are billed S3 requests too
         host, port = cfg.advertised
         me = NodeRegistration.new("proxy", cfg.node_id, cfg.zone, host, port, None)
         self.registrar = NodeRegistrar(
@@ -307,6 +312,9 @@ class ProxyBroker:
 
     async def _keep_acls_fresh(self, url: str) -> None:
         await self.access.keep_fresh(await self._document_store(url))
+
+    async def _keep_quotas_fresh(self, url: str) -> None:
+        await keep_quotas_fresh(self.quotas, await self._document_store(url))
 
     async def _document_store(self, url: str) -> AsyncObjectStore:
         raw = await trio.to_thread.run_sync(open_object_store, url)
@@ -360,6 +368,8 @@ class ProxyBroker:
                 }
             ),
             "uptime_s": round(time.time() - self.started_at, 1),
+            # The documents in force (-1: not read yet), for operators and tests.
+            "documents": {"acls": self.access.version, "quotas": self.quotas.version},
             **self._wal_status(),
         }
 
@@ -403,8 +413,14 @@ class ProxyBroker:
                     found = mt.leaders[partition] if partition < len(mt.leaders) else node
         return found if found in self.mirrors else None
 
+    def client_topology(self, conn: ConnectionInfo, client_id: str | None) -> Topology:
+        """The zone view as this client sees it: its listener's addresses, and every main
+        behind this proxy when a quota applies to it (this proxy meters all it does)."""
+        topology = self.topology.for_listener(conn.listener)
+        return topology.proxied() if self.quotas.limits(conn, client_id) else topology
+
     def leader_hints(
-        self, partitions: Sequence[PartitionKey], listener: str = ""
+        self, partitions: Sequence[PartitionKey], topology: Topology | None = None
     ) -> tuple[Mapping[PartitionKey, tuple[int, int]], list[Endpoint]]:
         """KIP-951 hints (a `kafka_wire.leader_hints.HintSource`) for this proxy's clients: the
         leader as the mains published it, seen from this zone as Metadata shows it."""
@@ -417,7 +433,7 @@ class ProxyBroker:
             # main's copy of the cluster metadata does.
             part = self.partition(topic, index) or self._any_partition(topic, index)
             current[(topic, index)] = (owner, part.leader_epoch if part is not None else -1)
-        topology = self.topology.for_listener(listener)
+        topology = topology or self.topology
         hints = rewrite_leader_hints(current, (), self.config.zone, topology)
         return hints.current_leader, hints.node_endpoints
 
@@ -519,6 +535,19 @@ class ProxyBroker:
 
     def begin(self, header: RequestHeader, frame: bytearray, conn: ConnectionInfo) -> Finish:
         ctx = RequestContext(header, conn)
+        if not self.quotas.manager.enabled(QuotaType.REQUEST):
+            return self._begin(ctx, frame)
+        started = time.perf_counter_ns()
+        try:
+            return self._begin(ctx, frame)
+        finally:
+            spent = time.perf_counter_ns() - started
+            throttle = self.quotas.request_throttle_ms(conn, header.client_id, spent)
+            ctx.throttle_ms = max(ctx.throttle_ms, throttle)
+            conn.mute.mute_for(throttle)
+
+    def _begin(self, ctx: RequestContext, frame: bytearray) -> Finish:
+        header, conn = ctx.header, ctx.conn
         key = header.api_key
         name = f"api{key}"
         self.metrics.requests.labels(name).inc()
@@ -528,7 +557,9 @@ class ProxyBroker:
             request = decode_request(header, frame)
 
             async def fetch() -> Sequence[Buffer]:
-                hints = partial(self.leader_hints, listener=conn.listener)
+                hints = partial(
+                    self.leader_hints, topology=self.client_topology(conn, header.client_id)
+                )
                 may_read = partial(self.access.allows, conn, Operation.READ, ResourceType.TOPIC)
                 return await serve_fetch(
                     self,
@@ -537,6 +568,7 @@ class ProxyBroker:
                     request,
                     hints,
                     authorized=may_read if self.access.enabled else None,
+                    quota=self.quotas.fetch_quota(conn, header.client_id),
                 )
 
             return fetch
@@ -616,7 +648,7 @@ class ProxyBroker:
             # The mains this proxy stands for in its zone view: other zones' mains, and its
             # own zone's mains while their state stream is lost (Topology.down_mains), whose
             # groups FindCoordinator then places on this proxy too.
-            topo = self.topology.for_listener(ctx.conn.listener)
+            topo = self.client_topology(ctx.conn, header.client_id)
             foreign = [
                 m for m in mains if topo.zone_of(m) != self.config.zone or not topo.main_up(m)
             ]
@@ -667,7 +699,7 @@ class ProxyBroker:
         _, entity = decode_response(key, version, response)
         data = entity_to_data(entity)
         zone = self.config.zone  # a client that reached this proxy is in its zone
-        topology = self.topology.for_listener(ctx.conn.listener)
+        topology = self.client_topology(ctx.conn, header.client_id)
         if key == API_METADATA:
             out = rewrite_metadata(data, zone, topology).data
             out = self.access.filter_metadata(out, ctx.topics_named, ctx.conn)

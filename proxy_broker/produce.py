@@ -55,6 +55,10 @@ class _Share:
 def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
     req = decode_produce_or_close(header, frame)
+    throttle = proxy.quotas.produce_throttle_ms(ctx.conn, header.client_id, len(frame))
+    if throttle > 0:
+        ctx.throttle_ms = max(ctx.throttle_ms, throttle)
+        ctx.conn.mute.mute_for(throttle)
     name_topics(req, proxy.topic_name)
     now_ms = int(time.time() * 1000)
     topics_out: list[tuple[str, list[ProducePartitionResult]]] = []
@@ -186,13 +190,16 @@ def begin_produce(proxy: ProxyBroker, ctx: RequestContext, frame: bytearray) -> 
             return None
         # Failures the main answered, or a main this proxy cannot reach: KIP-951 hints in
         # this zone's view (the zone's main or this proxy), as Metadata through it shows.
-        hints = partial(proxy.leader_hints, listener=ctx.conn.listener)
+        hints = partial(
+            proxy.leader_hints, topology=proxy.client_topology(ctx.conn, header.client_id)
+        )
         endpoints = fill_produce_hints(header.api_version, topics_out, hints)
         # Frame parts that carry each topic's size, for per-topic traffic accounting.
         return produce_response_parts(
             header.api_version,
             header.correlation_id,
             topics_out,
+            throttle_time_ms=ctx.throttle_ms,
             node_endpoints=endpoints,
             topic_ids=[topic.topic_id for topic in req.topics],
         )

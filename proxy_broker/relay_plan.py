@@ -9,8 +9,9 @@ ListGroups asks the mains this proxy stands for in its zone view (`foreign_mains
 sends ListGroups to every broker its Metadata lists, and its zone's own mains list their
 groups themselves.
 Anything else goes to any live main: every main holds the whole cluster metadata, and reads
-the ACL and SCRAM documents from the metadata store on each request (CreateAcls, DescribeAcls,
-DeleteAcls, Describe/AlterUserScramCredentials), so any main answers them alike.
+the ACL, SCRAM and quota documents from the metadata store on each request (CreateAcls,
+DescribeAcls, DeleteAcls, Describe/AlterUserScramCredentials, Describe/AlterClientQuotas), so
+any main answers them alike.
 """
 
 from __future__ import annotations

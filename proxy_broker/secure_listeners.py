@@ -30,10 +30,11 @@ from kafka_wire.sasl.gate import SaslListener, SaslSettings, sasl_listener
 from kafka_wire.sasl.jwks import JwksKeys
 from kafka_wire.sasl.plain import PlainCredentials, load_credentials
 from kafka_wire.sasl.scram import ScramCredential
-from kafka_wire.security_docs import SCRAM_DOC, ScramDoc, SecurityDocError, doc_key
+from kafka_wire.security_docs import SCRAM_DOC, ScramDoc
 from kafka_wire.server_loop import ConnectionGate, ConnectionInfo
 from kafka_wire.tls import ReloadingContext, SslPrincipalMapper, TlsSettings, ssl_principal, watch
-from s3_commit import AsyncObjectStore, ObjectStoreError
+from proxy_broker.documents import follow_document
+from s3_commit import AsyncObjectStore
 from telemetry import BadInputLog, BrokerMetrics
 from telemetry.audit import AuditLog, AuthenticationFailed
 
@@ -168,19 +169,14 @@ class ProxyListeners:
                      self.bound[lst.name])  # fmt: skip
 
     async def keep_scram_fresh(self, store: AsyncObjectStore) -> None:
-        key = doc_key(SCRAM_DOC)
-        etag_read: str | None = None
-        while True:
-            try:
-                found = await store.get(key)
-                etag = None if found is None else found[1]
-                if etag is None or etag != etag_read:  # parsed only when it changed
-                    self.scram = ScramDoc() if found is None else ScramDoc.from_bytes(found[0])
-                    etag_read = etag
-                self.scram_synced.set()
-            except (ObjectStoreError, SecurityDocError) as exc:
-                log.warning("SCRAM credentials not refreshed from %s: %s", key, exc)
-            await trio.sleep(SCRAM_REFRESH_S)
+        def parse(data: bytes | None) -> ScramDoc:
+            return ScramDoc() if data is None else ScramDoc.from_bytes(data)
+
+        def apply(doc: ScramDoc) -> None:
+            self.scram = doc
+            self.scram_synced.set()
+
+        await follow_document(store, SCRAM_DOC, parse, apply, SCRAM_REFRESH_S)
 
 
 class _Accept:

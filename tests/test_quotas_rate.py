@@ -1,9 +1,12 @@
-"""Client quotas: Kafka's sampled rate and throttle time (kafka_wire/quotas/rate.py) and the
-manager that keeps a rate per quota type and sensor (kafka_wire/quotas/manager.py).
+"""Client quotas: Kafka's sampled rate and throttle time and the usage bucket that throttles
+(kafka_wire/quotas/rate.py), and the manager that keeps a rate and a bucket per quota type
+and sensor (kafka_wire/quotas/manager.py).
 
-The numbers are worked by hand from Kafka's Rate.windowSize and QuotaUtils.throttleTime:
-with 11 samples of 1 s, the span W is at least 10 s, and a client over its quota waits
-X = (rate - quota) / quota * W, which is (bytes in the span - quota * W) / quota."""
+The sampled rate's numbers are worked by hand from Kafka's Rate.windowSize and
+QuotaUtils.throttleTime: with 11 samples of 1 s, the span W is at least 10 s, and a client
+over its quota waits X = (rate - quota) / quota * W, which is (bytes in the span - quota *
+W) / quota. The bucket's burst is the same 10 windows of quota, so a new client's first
+throttle is the same; after that its usage drains at the quota."""
 
 from __future__ import annotations
 
@@ -33,24 +36,44 @@ def test_a_new_client_may_send_ten_windows_of_quota_at_once() -> None:
 
 
 def test_a_producer_at_twice_its_quota() -> None:
-    # 200 bytes every 100 ms (2,000 B/s) against producer_byte_rate 1,000.
+    # 200 bytes every 100 ms (2,000 B/s) against producer_byte_rate 1,000, never waiting:
+    # its usage drains at 1,000 B/s, so at t it holds 200 * (10t + 1) - 1,000t bytes, and
+    # the burst is 10 windows of quota (10,000 B).
     manager = ClientQuotaManager({QuotaEntity("alice"): {PRODUCER_BYTE_RATE: 1000.0}})
     throttles = [
         manager.record_and_throttle_ms(QuotaType.PRODUCE, "alice", "app", 200, step / 10)
         for step in range(120)
     ]
-    # Until 5 s the 10 s span still holds the bytes: at 4.9 s, 10,000 B over 10.9 s.
-    assert throttles[:50] == [0] * 50
-    # At 5.0 s: 10,200 B over 10 s = 1,020 B/s, (1,020 - 1,000) / 1,000 * 10,000 = 200 ms.
-    assert throttles[50] == 200
-    # At 10.9 s, a full window: 22,000 B over 10.9 s, (22,000 - 10,900) / 1,000 s = 11,100 ms.
-    assert throttles[109] == 11_100
-    # At 11.0 s a twelfth sample starts (one more than quota.window.num, for the overlap):
-    # 22,200 B over 11 s, (22,200 - 11,000) / 1,000 s.
-    assert throttles[110] == 11_200
-    # At 11.9 s the first sample's last record (0.9 s) is 11 s old and is dropped: the span
-    # starts at 1.0 s again, 22,000 B over 10.9 s.
-    assert throttles[119] == 11_100
+    # Up to 9.8 s: 19,800 - 9,800 = 10,000 B, the burst exactly.
+    assert throttles[:99] == [0] * 99
+    # At 9.9 s: 20,000 - 9,900 = 10,100 B, 100 B over: 100 ms at 1,000 B/s.
+    assert throttles[99] == 100
+    # At 11.9 s: 24,000 - 11,900 = 12,100 B, 2,100 ms.
+    assert throttles[119] == 2100
+    # Measured by Kafka's sampled rate all along (metrics): 22,000 B over 10.9 s at 11.9 s,
+    # the first sample (last record at 0.9 s) dropped.
+    measured = manager.measured(QuotaType.PRODUCE, SensorKey("alice", None), 11.9)
+    assert measured == pytest.approx(22_000 / 10.9)
+
+
+def test_a_client_that_waits_its_throttles_gets_its_quota() -> None:
+    # A producer that sends 64 KiB as fast as a 20 MB/s link allows, and waits each throttle
+    # it is told, against 512 KiB/s: from its first throttle on it gets the quota (2 %, one
+    # 64 KiB batch in 10 s),
+    # where Kafka's sampled rate lets it alternate bursts and waits.
+    quota = 512 * 1024
+    manager = ClientQuotaManager({QuotaEntity(None, "greedy"): {PRODUCER_BYTE_RATE: quota}})
+    now, sent, first_throttle = 0.0, [], None
+    while now < 120:
+        throttle = manager.record_and_throttle_ms(QuotaType.PRODUCE, None, "greedy", 65536, now)
+        sent.append(now)
+        if throttle and first_throttle is None:
+            first_throttle = now
+        now += 65536 / 20e6 + throttle / 1000
+    assert first_throttle is not None and first_throttle < 1  # the 10 s burst, at 20 MB/s
+    for span in (10, 30, 100):
+        count = sum(1 for t in sent if first_throttle <= t < first_throttle + span)
+        assert count * 65536 / span == pytest.approx(quota, rel=0.02)
 
 
 def test_under_its_quota_a_client_is_never_throttled() -> None:

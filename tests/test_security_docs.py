@@ -11,8 +11,9 @@ import pytest
 import trio
 
 from kafka_wire.acl.rules import AclBinding
+from kafka_wire.quotas.entities import DEFAULT, QuotaEntity
 from kafka_wire.sasl.scram import server_key, stored_key
-from kafka_wire.security_docs import AclsDoc, ScramDoc, SecurityDocError
+from kafka_wire.security_docs import AclsDoc, QuotasDoc, ScramDoc, SecurityDocError
 from main_broker.security.doc_store import ObjectDocuments, WalDocuments
 from main_broker.security.scram import derive_credential
 from s3_commit import AsyncObjectStore, FileObjectStore
@@ -49,6 +50,46 @@ def test_scram_doc_golden_bytes_and_round_trip() -> None:
     )
     assert ScramDoc.from_bytes(doc.to_bytes()) == doc
     assert doc.with_credentials({("alice", 1): cred}) is doc
+
+
+def test_quotas_doc_golden_bytes_and_round_trip() -> None:
+    doc = QuotasDoc().with_quotas(
+        {
+            QuotaEntity("alice", DEFAULT): {"producer_byte_rate": 1048576.0},
+            QuotaEntity(None, "greedy"): {
+                "producer_byte_rate": 524288.0,
+                "consumer_byte_rate": 1048576.0,
+            },
+            QuotaEntity(DEFAULT): {"request_percentage": 12.5},
+        }
+    )
+    assert doc.to_bytes() == (
+        b'{"format":1,"version":1,"quotas":['
+        b'[{"client-id":"greedy"},{"consumer_byte_rate":1048576,"producer_byte_rate":524288}],'
+        b'[{"user":"alice","client-id":null},{"producer_byte_rate":1048576}],'
+        b'[{"user":null},{"request_percentage":12.5}]]}'
+    )
+    assert QuotasDoc.from_bytes(doc.to_bytes()) == doc
+    assert QuotasDoc.from_bytes(doc.to_bytes()).to_bytes() == doc.to_bytes()
+    assert doc.with_quotas(doc.quotas) is doc
+    assert doc.with_quotas({}).version == 2
+    assert QuotasDoc.parse(None) == QuotasDoc()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"format":1,"version":1,"quotas":[[{"user":"a"},{"producer_byte_rate":0}]]}',
+        b'{"format":1,"version":1,"quotas":[[{"user":"a"},{"producer_byte_rate":"1"}]]}',
+        b'{"format":1,"version":1,"quotas":[[{"group":"a"},{"producer_byte_rate":1}]]}',
+        b'{"format":1,"version":1,"quotas":[[{"user":1},{"producer_byte_rate":1}]]}',
+        b'{"format":1,"version":1,"quotas":[[{"user":"a"},{}],[{"user":"a"},{}]]}',
+        b'{"format":1,"version":1,"quotas":{}}',
+    ],
+)
+def test_corrupt_quotas_documents_are_refused(bad: bytes) -> None:
+    with pytest.raises(SecurityDocError):
+        QuotasDoc.from_bytes(bad)
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ class Topology:
         # their partitions reached through the zone proxy.
         self.unlisted = frozenset(unlisted)
         self._by_listener: dict[str, Topology] = {}
+        self._proxied: Topology | None = None
         self._nodes: dict[int, Node] = {}
         for node in nodes:
             if node.role not in ("main", "proxy"):
@@ -84,6 +85,14 @@ class Topology:
         """The same nodes with another set of mains that are down."""
         live = [p.node_id for p in self.live_proxies]
         return Topology(self.zones, self._nodes.values(), live, down_mains, self.unlisted)
+
+    def proxied(self) -> Topology:
+        """Every main reached through its zone's proxy, as if down: listed at the proxy's
+        address, leading nothing in the zone view. What a client under a quota sees, so that
+        one node per zone meters all of its traffic."""
+        if self._proxied is None:
+            self._proxied = self.with_down_mains(m.node_id for m in self.mains)
+        return self._proxied
 
     def for_listener(self, name: str) -> Topology:
         """The topology as a client of listener `name` sees it: each node at its address on

@@ -12,6 +12,7 @@ client id, or both, as in Kafka (KIP-13, KIP-124, KIP-55):
 - `admin`: the checks of AlterClientQuotas and the filters of DescribeClientQuotas, with
   Kafka's error codes and messages.
 
-Not wired to any listener yet: nothing records, throttles or mutes, and the quotas are not
-stored in the cluster metadata.
+Zone proxies enforce them (`proxy_broker.quotas`), from the `cluster/quotas.json` document
+that mains keep (`main_broker.api.quotas`); the connection is muted through
+`kafka_wire.server_loop.ConnectionMute`.
 """

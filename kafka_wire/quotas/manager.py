@@ -30,7 +30,7 @@ from kafka_wire.quotas.entities import (
     SensorKey,
     resolve_key,
 )
-from kafka_wire.quotas.rate import QuotaWindow, Rate, now_ms
+from kafka_wire.quotas.rate import QuotaWindow, Rate, UsageBucket, now_ms
 
 __all__ = [
     "INACTIVE_SENSOR_EXPIRATION_SECONDS",
@@ -51,6 +51,17 @@ class QuotaType(enum.StrEnum):
     REQUEST = REQUEST_PERCENTAGE
 
 
+class _Sensor:
+    """One client's usage of one quota type: the sampled rate it is measured by, and the
+    bucket it is throttled by (`kafka_wire.quotas.rate`)."""
+
+    __slots__ = ("bucket", "rate")
+
+    def __init__(self, window: QuotaWindow) -> None:
+        self.rate = Rate(window)
+        self.bucket = UsageBucket()
+
+
 class ClientQuotaManager:
     """The configured quotas and the rates measured against them. Not thread-safe: one trio
     task at a time (a node has one event loop)."""
@@ -59,7 +70,7 @@ class ClientQuotaManager:
 
     def __init__(self, quotas: Quotas | None = None, window: QuotaWindow | None = None) -> None:
         self.window = window or QuotaWindow()
-        self._sensors: dict[tuple[QuotaType, SensorKey], Rate] = {}
+        self._sensors: dict[tuple[QuotaType, SensorKey], _Sensor] = {}
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         self._enabled: frozenset[QuotaType] = frozenset()
         self.set_quotas(quotas or {})
@@ -86,6 +97,10 @@ class ClientQuotaManager:
             if any(quota_type.value in values for values in copied.values())
         )
 
+    def enabled(self, quota_type: QuotaType) -> bool:
+        """Whether any level configures this type (else nothing of it is measured)."""
+        return quota_type in self._enabled
+
     def quota(
         self, quota_type: QuotaType, user: str | None, client_id: str | None
     ) -> ResolvedQuota:
@@ -106,10 +121,11 @@ class ClientQuotaManager:
         recorded = self._record(quota_type, user, client_id, value, now)
         if recorded is None:
             return 0
-        rate, quota = recorded
+        sensor, quota = recorded
         if quota is None:
             return 0
-        throttle_ms = rate.throttle_ms(quota, now)
+        burst = quota * (self.window.samples - 1) * self.window.size_seconds
+        throttle_ms = sensor.bucket.throttle_ms(quota, burst, now)
         if quota_type is QuotaType.REQUEST:
             return min(throttle_ms, self.window.size_ms)
         return throttle_ms
@@ -151,7 +167,9 @@ class ClientQuotaManager:
     def expire(self, now: float) -> int:
         """Drops the rates not recorded in for more than an hour; returns how many."""
         horizon = now_ms(now) - INACTIVE_SENSOR_EXPIRATION_SECONDS * 1000
-        idle = [key for key, rate in self._sensors.items() if rate.last_record_ms < horizon]
+        idle = [
+            key for key, sensor in self._sensors.items() if sensor.rate.last_record_ms < horizon
+        ]
         for key in idle:
             del self._sensors[key]
         return len(idle)
@@ -162,8 +180,8 @@ class ClientQuotaManager:
     def measured(self, quota_type: QuotaType, sensor: SensorKey, now: float) -> float | None:
         """The current rate of one sensor (None: it does not exist), for metrics and tests;
         a REQUEST rate is a percentage."""
-        rate = self._sensors.get((quota_type, sensor))
-        return None if rate is None else rate.measure(now)
+        found = self._sensors.get((quota_type, sensor))
+        return None if found is None else found.rate.measure(now)
 
     def _record(
         self,
@@ -172,21 +190,20 @@ class ClientQuotaManager:
         client_id: str | None,
         value: float,
         now: float,
-    ) -> tuple[Rate, float | None] | None:
-        """Records into the client's rate; that rate and its quota (None: no limit), or None
-        when no quota of this type is configured at all (nothing is measured then)."""
+    ) -> tuple[_Sensor, float | None] | None:
+        """Records into the client's sensor; that sensor and its quota (None: no limit), or
+        None when no quota of this type is configured at all (nothing is measured then)."""
         if quota_type not in self._enabled:
             return None
         resolved = self.quota(quota_type, user, client_id)
-        rate = self._rate(quota_type, resolved.sensor)
-        rate.record(self._amount(quota_type, value), now)
-        return rate, resolved.value
-
-    def _rate(self, quota_type: QuotaType, sensor: SensorKey) -> Rate:
-        rate = self._sensors.get((quota_type, sensor))
-        if rate is None:
-            rate = self._sensors[(quota_type, sensor)] = Rate(self.window)
-        return rate
+        key = (quota_type, resolved.sensor)
+        sensor = self._sensors.get(key)
+        if sensor is None:
+            sensor = self._sensors[key] = _Sensor(self.window)
+        amount = self._amount(quota_type, value)
+        sensor.rate.record(amount, now)
+        sensor.bucket.add(amount, resolved.value, now)
+        return sensor, resolved.value
 
     @staticmethod
     def _amount(quota_type: QuotaType, value: float) -> float:

@@ -166,6 +166,9 @@ async def fetch(broker: BrokerServices, ctx: RequestContext, req: Any) -> Sequen
         header.correlation_id,
         req,
         broker.leader_hints(ctx),
+        quota=broker.quotas.fetch_quota(ctx.conn, header.client_id)
+        if broker.direct_client(ctx)
+        else None,
     )
 
 

@@ -34,6 +34,10 @@ log = logging.getLogger("zonefleet.main_broker.produce")
 def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray) -> TopicFinish:
     header = ctx.header
     req = decode_produce_or_close(header, frame)
+    throttle_ms = 0
+    if broker.direct_client(ctx):  # a proxy's clients are throttled by their proxy
+        throttle_ms = broker.quotas.produce_throttle_ms(ctx.conn, header.client_id, len(frame))
+        ctx.conn.mute.mute_for(throttle_ms)
     topics_by_id = broker.store.topics_by_id
     name_topics(req, lambda topic_id: t.name if (t := topics_by_id.get(topic_id)) else None)
     metrics = broker.metrics
@@ -95,6 +99,7 @@ def begin_produce(broker: BrokerServices, ctx: RequestContext, frame: bytearray)
             header.api_version,
             header.correlation_id,
             topics_out,
+            throttle_time_ms=throttle_ms,
             node_endpoints=endpoints,
             topic_ids=[topic.topic_id for topic in req.topics],
         )

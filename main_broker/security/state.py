@@ -1,5 +1,6 @@
-"""A main broker's access lists and SCRAM credentials: read and changed through its document
-store (`main_broker.security.doc_store`), so every main of a fleet sees the same ones.
+"""A main broker's access lists, SCRAM credentials and client quotas: read and changed
+through its document store (`main_broker.security.doc_store`), so every main of a fleet sees
+the same ones.
 
 Reads go to the store each time (an admin request is rare, and a main must see what another
 main wrote a moment ago); the last copy read stays in `acls` / `scram` for whoever enforces
@@ -11,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from kafka_wire.security_docs import ACLS_DOC, SCRAM_DOC, AclsDoc, ScramDoc
+from kafka_wire.security_docs import (
+    ACLS_DOC,
+    QUOTAS_DOC,
+    SCRAM_DOC,
+    AclsDoc,
+    QuotasDoc,
+    ScramDoc,
+)
 from main_broker.security.doc_store import DocumentStore
 from s3_commit import ObjectStoreError
 
@@ -22,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["SecurityState"]
 
 T = TypeVar("T")
+D = TypeVar("D", AclsDoc, ScramDoc, QuotasDoc)
 
 
 class DocumentsHolder(Protocol):
@@ -50,6 +59,7 @@ class SecurityState:
         self._docs: DocumentStore | None = None
         self.acls = AclsDoc()
         self.scram = ScramDoc()
+        self.quotas = QuotasDoc()
 
     @property
     def docs(self) -> DocumentStore:
@@ -63,39 +73,45 @@ class SecurityState:
         return self._docs
 
     async def read_acls(self) -> AclsDoc:
-        data = await self.docs.load(ACLS_DOC)
-        self.acls = AclsDoc() if data is None else AclsDoc.from_bytes(data)
+        self.acls = await self._read(ACLS_DOC, AclsDoc)
         return self.acls
 
     async def read_scram(self) -> ScramDoc:
-        data = await self.docs.load(SCRAM_DOC)
-        self.scram = ScramDoc() if data is None else ScramDoc.from_bytes(data)
+        self.scram = await self._read(SCRAM_DOC, ScramDoc)
         return self.scram
+
+    async def read_quotas(self) -> QuotasDoc:
+        self.quotas = await self._read(QUOTAS_DOC, QuotasDoc)
+        return self.quotas
 
     async def change_acls(self, change: Callable[[AclsDoc], tuple[AclsDoc, T]]) -> T:
         """Apply `change` to the stored ACLs (it may run again after a conflict); returns what
         the applied run returned."""
-        out: list[tuple[AclsDoc, T]] = []
-
-        def apply(data: bytes | None) -> bytes | None:
-            doc = AclsDoc() if data is None else AclsDoc.from_bytes(data)
-            new, result = change(doc)
-            out.append((new, result))
-            return None if new == doc else new.to_bytes()
-
-        await self.docs.update(ACLS_DOC, apply)
-        self.acls, result = out[-1]
+        self.acls, result = await self._change(ACLS_DOC, AclsDoc, change)
         return result
 
     async def change_scram(self, change: Callable[[ScramDoc], tuple[ScramDoc, T]]) -> T:
-        out: list[tuple[ScramDoc, T]] = []
+        self.scram, result = await self._change(SCRAM_DOC, ScramDoc, change)
+        return result
+
+    async def change_quotas(self, change: Callable[[QuotasDoc], tuple[QuotasDoc, T]]) -> T:
+        self.quotas, result = await self._change(QUOTAS_DOC, QuotasDoc, change)
+        return result
+
+    async def _read(self, name: str, kind: type[D]) -> D:
+        data = await self.docs.load(name)
+        return kind() if data is None else kind.from_bytes(data)
+
+    async def _change(
+        self, name: str, kind: type[D], change: Callable[[D], tuple[D, T]]
+    ) -> tuple[D, T]:
+        out: list[tuple[D, T]] = []
 
         def apply(data: bytes | None) -> bytes | None:
-            doc = ScramDoc() if data is None else ScramDoc.from_bytes(data)
+            doc = kind() if data is None else kind.from_bytes(data)
             new, result = change(doc)
             out.append((new, result))
             return None if new == doc else new.to_bytes()
 
-        await self.docs.update(SCRAM_DOC, apply)
-        self.scram, result = out[-1]
-        return result
+        await self.docs.update(name, apply)
+        return out[-1]
