@@ -395,25 +395,31 @@ class ConfirmResult:
 @dataclass(frozen=True, slots=True)
 class RelayParams:
     """A Kafka request a proxy relays to a main for one of its clients: the whole request
-    frame (header and body, no size prefix) and the client's address, when known."""
+    frame (header and body, no size prefix), the client's address, when known, and the
+    principal the proxy authenticated it as (absent from proxies before it was sent:
+    User:ANONYMOUS)."""
 
     frame: bytes
     host: str | None = None
+    principal: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"mv": RELAY_VERSION, "frame": self.frame}
         if self.host is not None:
             msg["host"] = self.host
+        if self.principal is not None:
+            msg["principal"] = self.principal
         return msg
 
     @classmethod
     def from_wire(cls, msg: object) -> RelayParams:
         params = _map(msg, "relay")
         _version(params, "relay", RELAY_VERSION)
-        host = params.get("host")
+        host, principal = params.get("host"), params.get("principal")
         return cls(
             _bytes(params.get("frame"), "relay.frame"),
             None if host is None else _str(host, "relay.host"),
+            None if principal is None else _str(principal, "relay.principal"),
         )
 
 

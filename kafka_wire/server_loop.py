@@ -44,6 +44,9 @@ Buffer = bytes | bytearray | memoryview
 Finish = Callable[[], Awaitable[Sequence[Buffer] | None]]
 
 
+ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+
+
 class ConnectionIdentity:
     """Who the connection is: the principal its listener authenticated (SASL, or a client
     certificate), else ``User:ANONYMOUS``. It may change on the same connection: KIP-368
@@ -51,7 +54,7 @@ class ConnectionIdentity:
 
     __slots__ = ("mechanism", "principal")
 
-    def __init__(self, principal: str = "User:ANONYMOUS", mechanism: str | None = None):
+    def __init__(self, principal: str = ANONYMOUS_PRINCIPAL, mechanism: str | None = None):
         self.principal = principal
         self.mechanism = mechanism
 

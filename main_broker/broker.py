@@ -43,7 +43,15 @@ from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.quotas.enforcer import EXPIRY_INTERVAL_S, QUOTA_REFRESH_S, QuotaEnforcer
 from kafka_wire.quotas.manager import QuotaType
 from kafka_wire.security_docs import SecurityDocError
-from kafka_wire.server_loop import Buffer, CloseConnection, ConnectionInfo, Finish, serve_connection
+from kafka_wire.server_loop import (
+    ANONYMOUS_PRINCIPAL,
+    Buffer,
+    CloseConnection,
+    ConnectionIdentity,
+    ConnectionInfo,
+    Finish,
+    serve_connection,
+)
 from kafka_wire.topic_bytes import TopicFinish
 from main_broker.accounting import MainTraffic
 from main_broker.api import cluster as api_cluster
@@ -475,7 +483,12 @@ class MainBroker:
         frame = bytearray(relay.frame)
         header = parse_request_header(frame)
         host = relay.host if relay.host is not None else "?"
-        conn = ConnectionInfo(host, 0, 0, f"{RELAY_LISTENER_PREFIX}{peer.node_id}")
+        # The principal is the proxy's word: trusted because the proxy is an authenticated
+        # fleet peer (the RPC's HMAC handshake, and its TLS when on).
+        identity = ConnectionIdentity(relay.principal or ANONYMOUS_PRINCIPAL)
+        conn = ConnectionInfo(
+            host, 0, 0, f"{RELAY_LISTENER_PREFIX}{peer.node_id}", identity=identity
+        )
         parts = await self.begin(header, frame, conn)()
         return RelayResult(b"".join(parts) if parts is not None else None).to_wire()
 

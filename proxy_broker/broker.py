@@ -13,7 +13,6 @@ is in this zone, else this proxy. A client is never sent to another zone's node 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -24,8 +23,7 @@ from typing import Any, cast
 
 import trio
 
-from internal_rpc import RpcClient, RpcError
-from internal_rpc.messages import MalformedMessage, RelayParams, RelayResult
+from internal_rpc import RpcClient
 from internal_rpc.reports import report_unreachable
 from kafka_wire.acl import Operation, ResourceType
 from kafka_wire.codec import (
@@ -33,10 +31,7 @@ from kafka_wire.codec import (
     RequestHeader,
     build_response,
     decode_request,
-    decode_response,
-    encode_request,
     encode_response,
-    entity_to_data,
 )
 from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.fetch_serving import read_failures_fail_the_partition, serve_fetch
@@ -53,7 +48,7 @@ from kafka_wire.server_loop import (
     Finish,
     serve_connection,
 )
-from proxy_broker.access import NotAuthorized, ProxyAccess
+from proxy_broker.access import ProxyAccess
 from proxy_broker.accounting import ProxyTraffic
 from proxy_broker.config import ProxyConfig
 from proxy_broker.confirm_pipe import ConfirmPipe, PreparedPart
@@ -62,7 +57,7 @@ from proxy_broker.object_reads import ObjectSpan, ProxyObjects
 from proxy_broker.prepared_trim import prepared_floor
 from proxy_broker.produce import begin_produce
 from proxy_broker.quotas import keep_quotas_fresh
-from proxy_broker.relay_plan import plan_relay
+from proxy_broker.relay import authorize_relay, relay_request
 from proxy_broker.secure_listeners import ProxyListeners
 from proxy_broker.sequence_guard import SequenceGuard
 from s3_commit import AsyncObjectStore, open_object_store
@@ -78,21 +73,12 @@ from zone_router import (
     Topology,
     Zone,
     ZoneMap,
-    rewrite_describe_cluster,
-    rewrite_describe_topic_partitions,
-    rewrite_find_coordinator,
     rewrite_leader_hints,
-    rewrite_metadata,
 )
 
 log = logging.getLogger("zonefleet.proxy")
 
-API_PRODUCE, API_FETCH, API_METADATA = 0, 1, 3
-API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER, API_DESCRIBE_TOPIC_PARTITIONS = 10, 60, 75
-API_VERSIONS = 18
-REWRITTEN = {API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER}
-REWRITTEN |= {API_DESCRIBE_TOPIC_PARTITIONS}
-RELAY_TIMEOUT_S = 60.0  # JoinGroup may legitimately wait for a whole rebalance
+API_PRODUCE, API_FETCH, API_VERSIONS = 0, 1, 18
 MAX_REMEMBERED_PREPARED = 100_000
 
 
@@ -595,7 +581,7 @@ class ProxyBroker:
             except MalformedRequest as exc:
                 raise CloseConnection(f"malformed api {key} v{header.api_version}: {exc}") from None
             if self.access.enabled:
-                relayed = self._authorize_relay(ctx, request)
+                relayed = authorize_relay(self, ctx, request)
                 if isinstance(relayed, bytearray):
                     frame = relayed
                 elif relayed is not None:
@@ -607,106 +593,6 @@ class ProxyBroker:
                     return denied
 
         async def relay() -> Sequence[Buffer] | None:
-            return await self._relay(ctx, bytes(frame))
+            return await relay_request(self, ctx, bytes(frame))
 
         return relay
-
-    def _authorize_relay(
-        self, ctx: RequestContext, request: Any
-    ) -> Sequence[Buffer] | bytearray | None:
-        """The answer to a request this principal may not make; a Metadata request's frame
-        without auto-creation when it may not create topics; or None: relay it as it came."""
-        header, conn = ctx.header, ctx.conn
-        try:
-            answer = self.access.check_relayed(header, request, conn)
-        except NotAuthorized as exc:
-            raise CloseConnection(str(exc)) from None
-        if answer is not None or header.api_key != API_METADATA:
-            return answer
-        ctx.topics_named = bool(request.topics)
-        if not getattr(request, "allow_auto_topic_creation", False):
-            return None
-        if self.access.may_auto_create(conn):
-            return None
-        plain = dataclasses.replace(request, allow_auto_topic_creation=False)
-        return bytearray(
-            encode_request(
-                header.api_key, header.api_version, header.correlation_id, header.client_id, plain
-            )
-        )
-
-    def _relay_target(self) -> int:
-        for node, mirror in sorted(self.mirrors.items()):
-            if mirror.connected:
-                return node
-        return min(self.mirrors)
-
-    async def _relay(self, ctx: RequestContext, frame: bytes) -> Sequence[Buffer] | None:
-        header = ctx.header
-        try:
-            mains = sorted(self.mirrors)
-            # The mains this proxy stands for in its zone view: other zones' mains, and its
-            # own zone's mains while their state stream is lost (Topology.down_mains), whose
-            # groups FindCoordinator then places on this proxy too.
-            topo = self.client_topology(ctx.conn, header.client_id)
-            foreign = [
-                m for m in mains if topo.zone_of(m) != self.config.zone or not topo.main_up(m)
-            ]
-            plan = plan_relay(header, frame, mains, self._relay_target(), self.owner_of, foreign)
-        except MalformedRequest as exc:
-            raise CloseConnection(f"malformed api {header.api_key} request: {exc}") from None
-        responses: list[bytes | None] = [None] * len(plan.calls)
-        # Failures are collected, not raised in the nursery: several mains refusing a split
-        # request would otherwise end as an exception group, not as the close it means.
-        failures: list[str] = []
-
-        async def call(i: int, target: int, sub_frame: bytes) -> None:
-            try:
-                result = await self.rpcs[target].call(
-                    "relay",
-                    RelayParams(sub_frame, ctx.conn.peer_host).to_wire(),
-                    timeout=RELAY_TIMEOUT_S,
-                    retries=1,
-                    idempotent=header.api_key != API_PRODUCE,
-                )
-                responses[i] = RelayResult.from_wire(result).frame
-            except (RpcError, MalformedMessage) as exc:
-                failures.append(f"relay of api {header.api_key} to main {target} failed: {exc}")
-
-        if len(plan.calls) == 1:
-            await call(0, *plan.calls[0])
-        else:
-            async with trio.open_nursery() as nursery:
-                for i, (target, sub_frame) in enumerate(plan.calls):
-                    nursery.start_soon(call, i, target, sub_frame)
-        if failures:
-            raise CloseConnection("; ".join(failures))
-        if plan.merge is None:
-            response = responses[0]
-        elif any(r is None for r in responses):
-            response = None
-        else:
-            response = plan.merge([r for r in responses if r is not None])
-        if response is None:
-            return None
-        if header.api_key in REWRITTEN:
-            response = self._rewrite(ctx, response)
-        return [response]
-
-    def _rewrite(self, ctx: RequestContext, response: bytes) -> bytes:
-        header = ctx.header
-        key, version = header.api_key, header.api_version
-        _, entity = decode_response(key, version, response)
-        data = entity_to_data(entity)
-        zone = self.config.zone  # a client that reached this proxy is in its zone
-        topology = self.client_topology(ctx.conn, header.client_id)
-        if key == API_METADATA:
-            out = rewrite_metadata(data, zone, topology).data
-            out = self.access.filter_metadata(out, ctx.topics_named, ctx.conn)
-        elif key == API_FIND_COORDINATOR:
-            out = rewrite_find_coordinator(data, zone, topology).data
-        elif key == API_DESCRIBE_TOPIC_PARTITIONS:
-            out = rewrite_describe_topic_partitions(data, zone, topology).data
-        else:
-            out = rewrite_describe_cluster(data, zone, topology).data
-        return encode_response(header, build_response(key, version, out))

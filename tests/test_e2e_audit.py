@@ -117,10 +117,12 @@ def test_wrong_password_denied_produce_acl_and_scram_changes_are_audited(
     assert scram["changes"] == [
         {"user": "alice", "mechanism": "SCRAM-SHA-512", "change": "upsert", "outcome": "NONE"}
     ]
-    assert (scram["outcome"], scram["listener"], scram["peer_host"]) == (
+    # The principal the proxy authenticated travels with the relay RPC.
+    assert (scram["outcome"], scram["listener"], scram["peer_host"], scram["principal"]) == (
         "NONE",
         "relay:" + proxy.split("-")[1],
         "127.0.0.1",
+        "User:admin",
     )
 
     # ACLs: an acl_change with the bindings by Kafka's names. alice may see payroll (so her
