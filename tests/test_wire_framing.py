@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import array
 import os
+import ssl
 import struct
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -199,3 +201,47 @@ async def test_closed_socket_reader() -> None:
     with pytest.raises(trio.ClosedResourceError):
         await reader.read_frame()
     b.close()
+
+
+async def test_frames_over_tls_take_every_record_received_in_one_read(tmp_path: Path) -> None:
+    """Over trio's SSLStream a 1 MiB frame (64 TLS records) arrives whole, with the frames
+    around it, in far fewer receive_some calls than records: the reader takes what the SSL
+    object has already received without going through trio for each record."""
+    from fleet.certs import write_internal_pki
+
+    pki = write_internal_pki(tmp_path / "pki")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(pki.server.cert, pki.server.key)
+    client_ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+    client_raw, server_raw = trio.testing.memory_stream_pair()
+    client = trio.SSLStream(client_raw, client_ctx, server_hostname="localhost")
+    server = trio.SSLStream(server_raw, server_ctx, server_side=True)
+    calls = 0
+    receive_some = server.receive_some
+
+    async def counted(max_bytes: int | None = None) -> bytes | bytearray:
+        nonlocal calls
+        calls += 1
+        return await receive_some(max_bytes)
+
+    server.receive_some = counted  # type: ignore[method-assign]
+    big = os.urandom(1 << 20)
+    frames = [b"first", big, b"last"]
+    reader = FrameReader(server, max_frame_bytes=2 << 20)
+    received: list[bytes] = []
+
+    async def write() -> None:
+        for frame in frames:
+            await send_frame(client, [frame])
+
+    async def read() -> None:
+        for _ in frames:
+            frame = await reader.read_frame()
+            assert frame is not None
+            received.append(bytes(frame))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write)
+        nursery.start_soon(read)
+    assert received == frames
+    assert calls < 64 // 2, f"{calls} receive_some calls for 64+ records"
