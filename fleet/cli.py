@@ -86,7 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="generate a throwaway CA and certificates under <data-dir>/tls and give each "
         "zone proxy a SASL_SSL listener (+10*K+5, user admin with PLAIN) and an mTLS listener "
-        "(+10*K+6); prints the client settings",
+        "(+10*K+6), and each main a SASL_SSL listener (+10*K+7); prints the client settings",
     )
     up.add_argument(
         "--single-process",
@@ -173,10 +173,13 @@ def _up_config(args: argparse.Namespace) -> tuple[Path, FleetConfig]:
             secrets.token_hex(32),
             security_toml=tls.security_toml() + tls.admin_toml(),
             proxy_listeners=tls.proxy_listeners_toml,
+            main_listeners=tls.main_listeners_toml,
         )
         for k in range(1, args.zones + 1):
             for line in tls.client_settings(args.base_port + ZONE_PORT_STRIDE * k):
                 print(f"zone=az{k} client {line}", flush=True)
+            main_line = tls.main_client_settings(args.base_port + ZONE_PORT_STRIDE * k)
+            print(f"zone=az{k} main {main_line}", flush=True)
         print(tls.admin_line(), flush=True)
     else:
         text = local_zones_fleet_toml(data_dir, args.base_port, args.zones, secrets.token_hex(32))

@@ -81,6 +81,12 @@ host = "127.0.0.1"
 port = 19092
 admin_port = 19093
 rpc_port = 19094                  # internal RPC; required when the fleet has proxies
+listeners = [                     # named listeners besides `port` (PLAINTEXT), with the
+  { name = "SASL_SSL", protocol = "SASL_SSL", port = 19097 },   # [security] settings; also
+]                                 # host, advertised_host, advertised_port, ssl_client_auth.
+                                  # Clients of one get every node at its address on the
+                                  # listener of that name (docs/security.md); with [security]
+                                  # authorizer = true they serve super users only
 auto_create_topics = true
 num_partitions = 1
 wal_cache_bytes = 268435456
@@ -106,6 +112,7 @@ zone = "us-east-1a"
 host = "127.0.0.1"
 port = 19102
 admin_port = 19103
+listeners = [{ name = "SASL_SSL", protocol = "SASL_SSL", port = 19107 }]  # as the mains'
 prepared_min_age_s = 60.0         # a PREPARED segment no main's links floor needs goes once
                                   # sealed this long (a confirm's lifetime, with margin)
 prepared_retention_s = 3600.0     # ... and, while a main is away or unsynced, one sealed this
@@ -465,6 +472,7 @@ def _parse_main(
         wal=replace(wal),  # each node its own copy: nodes may share one process
         transaction_max_timeout_ms=txn_max_timeout,
         transactional_id_expiration_ms=txn_expiration,
+        listeners=_listeners(raw, f"main broker {node_id}"),
     )
     return MainBrokerNode(
         broker,
@@ -483,7 +491,13 @@ def _join_mains(
         return None
     url = _resolve_url(str(url or f"file://{data_dir / 'metadata'}"), base_dir)
     peers = [
-        MainPeer(m.broker.node_id, m.broker.zone, *m.broker.advertised, m.broker.rpc_port)
+        MainPeer(
+            m.broker.node_id,
+            m.broker.zone,
+            *m.broker.advertised,
+            m.broker.rpc_port,
+            _advertised_listeners(m.broker.listeners),
+        )
         for m in mains
     ]
     interval = float(metadata.get("registration_interval_s", 5.0))
@@ -589,7 +603,9 @@ def _main_endpoint(node: MainBrokerNode) -> MainEndpoint:
             f"the fleet has proxies, so main broker {cfg.node_id} needs a fixed rpc_port"
         )
     host, port = cfg.advertised
-    return MainEndpoint(cfg.node_id, cfg.zone, host, port, cfg.rpc_port)
+    return MainEndpoint(
+        cfg.node_id, cfg.zone, host, port, cfg.rpc_port, _advertised_listeners(cfg.listeners)
+    )
 
 
 def _parse_proxies(
@@ -654,7 +670,7 @@ def _parse_proxies(
                 p.node_id,
                 p.zone,
                 *p.advertised,
-                tuple((lst.name, *lst.advertised()) for lst in p.listeners),
+                _advertised_listeners(p.listeners),
             )
             for p in (other.proxy for other in nodes)
             if p.node_id != cfg.node_id
@@ -675,8 +691,16 @@ def _listeners(raw: dict[str, Any], where: str) -> list[ListenerConfig]:
     return out
 
 
-def _security(proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path) -> None:
-    """[security]: SASL mechanisms, the PLAIN credentials file, connections.max.reauth.ms."""
+def _advertised_listeners(listeners: list[ListenerConfig]) -> tuple[tuple[str, str, int], ...]:
+    """(name, advertised host, advertised port) of each named listener, as peers list it."""
+    return tuple((lst.name, *lst.advertised()) for lst in listeners)
+
+
+def _security(
+    mains: list[MainBrokerNode], proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path
+) -> None:
+    """[security]: SASL mechanisms, the PLAIN credentials file, connections.max.reauth.ms,
+    TLS material, the authorizer; for the named listeners of every node."""
     mechanisms = tuple(raw.get("sasl_enabled_mechanisms", ("SCRAM-SHA-512", "SCRAM-SHA-256")))
     known = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"}
     unknown = [m for m in mechanisms if m not in known]
@@ -713,6 +737,16 @@ def _security(proxies: list[ProxyNode], raw: dict[str, Any], base_dir: Path) -> 
         p.proxy.sasl = settings
         p.proxy.tls = tls
         p.proxy.ssl_principal_mapping_rules = None if rules is None else str(rules)
+        if acl.enabled:
+            # A main enforces no ACLs: its named listeners serve super users only (below), so
+            # the proxies send their clients to none of them; they reach every main through
+            # their proxy, which checks the ACLs.
+            p.proxy.mains = [replace(e, listeners=()) for e in p.proxy.mains]
+    for m in mains:
+        m.broker.sasl = settings
+        m.broker.tls = tls
+        m.broker.ssl_principal_mapping_rules = None if rules is None else str(rules)
+        m.broker.listener_super_users = acl.super_users if acl.enabled else None
 
 
 def _oauthbearer(raw: dict[str, Any]) -> OAuthBearerSettings:
@@ -920,6 +954,10 @@ def _check_unique(mains: list[MainBrokerNode], proxies: list[ProxyNode]) -> None
         ports += [(m.admin_host, m.admin_port, f"main broker {b.node_id} admin_port")]
         if b.rpc_port:
             ports += [(b.host, b.rpc_port, f"main broker {b.node_id} rpc_port")]
+        ports += [
+            (lst.host, lst.port, f"main broker {b.node_id} listener {lst.name}")
+            for lst in b.listeners
+        ]
     seen: set[int] = set()
     for node_id in [m.broker.node_id for m in mains] + [p.proxy.node_id for p in proxies]:
         if node_id in seen:
@@ -929,6 +967,9 @@ def _check_unique(mains: list[MainBrokerNode], proxies: list[ProxyNode]) -> None
         c = p.proxy
         ports += [(c.host, c.port, f"proxy {c.node_id} port")]
         ports += [(p.admin_host, p.admin_port, f"proxy {c.node_id} admin_port")]
+        ports += [
+            (lst.host, lst.port, f"proxy {c.node_id} listener {lst.name}") for lst in c.listeners
+        ]
     for i, (host, port, what) in enumerate(ports):
         if port == 0:
             continue  # an ephemeral port never clashes
@@ -1024,14 +1065,21 @@ def parse_fleet_config(
     proxies = _parse_proxies(
         list(doc.get("proxies", [])), zones, mains, secret, wal_url, wal_config
     )
-    _security(proxies, dict(doc.get("security", {})), base_dir)
+    _security(mains, proxies, dict(doc.get("security", {})), base_dir)
     _rpc_tls(mains, proxies, dict(doc.get("security", {})), base_dir)
     _admin(doc, mains, proxies, base_dir)
     _audit_log(mains, proxies, doc.get("security", {}), data_dir, base_dir)
     _register_proxies(proxies, metadata_url, mains)
     _storage(mains, proxies, doc.get("storage", {}), base_dir)
     zone_proxies = [
-        Node(p.proxy.node_id, p.proxy.zone, "proxy", *p.proxy.advertised) for p in proxies
+        Node(
+            p.proxy.node_id,
+            p.proxy.zone,
+            "proxy",
+            *p.proxy.advertised,
+            _advertised_listeners(p.proxy.listeners),
+        )
+        for p in proxies
     ]
     for m in mains:
         m.broker.zone_proxies = list(zone_proxies)
@@ -1112,6 +1160,7 @@ def local_zones_fleet_toml(
     *,
     security_toml: str = "",
     proxy_listeners: Callable[[int], str] | None = None,
+    main_listeners: Callable[[int], str] | None = None,
 ) -> str:
     """The fleet of `zonefleet up --zones N`: in each zone azK (K = 1..N) a main broker
     (node K) and a zone proxy (node 100+K), sharing one WAL directory and one cluster
@@ -1119,8 +1168,9 @@ def local_zones_fleet_toml(
 
     Ports, from base + 10*K: proxy kafka +0, proxy admin +1, main kafka +2, main admin +3,
     main internal RPC +4. So the fleet uses base+10 .. base+10*N+4. `security_toml` (a
-    [security] table) and `proxy_listeners(zone base port)` (a proxy's `listeners = [...]`)
-    add named listeners (`zonefleet up --tls`, fleet/local_tls.py).
+    [security] table), `proxy_listeners(zone base port)` and `main_listeners(zone base port)`
+    (a proxy's and a main's `listeners = [...]`) add named listeners on +5 .. +9 (`zonefleet
+    up --tls`, fleet/local_tls.py).
     """
     if zones < 1:
         raise ConfigError("--zones must be at least 1")
@@ -1158,6 +1208,7 @@ port = {base + MAIN_KAFKA_OFFSET}
 admin_port = {base + MAIN_ADMIN_OFFSET}
 rpc_port = {base + MAIN_RPC_OFFSET}
 """
+            + (main_listeners(base) if main_listeners else "")
         )
     for k in range(1, zones + 1):
         port = base_port + ZONE_PORT_STRIDE * k + PROXY_KAFKA_OFFSET

@@ -6,8 +6,10 @@ localhost and 127.0.0.1, client-admin.pem/.key), `plain.json` (user `admin`, its
 hashed, `kafka_wire/sasl/plain.py`), `admin.password` (0600) and `admin.token` (0600, the
 `[admin] token_file`: /status on every admin port needs it as a bearer token). Each zone
 proxy gets two named listeners: SASL_SSL on +5 and SSL with required client certificates on
-+6 (offsets from base + 10*K, as `local_zones_fleet_toml` lays ports out); a certificate's
-CN is its principal.
++6; each main a SASL_SSL listener on +7 (offsets from base + 10*K, as
+`local_zones_fleet_toml` lays ports out). A certificate's CN is its principal. Both
+SASL_SSL listeners have one name, so a client of either gets each node at its SASL_SSL
+address (the zone's main for what it leads, the proxy for the rest).
 
 Internal RPC runs over mutual TLS too (`[security] rpc_tls`, internal_rpc/tls.py), with a CA
 of its own under `rpc/` (`fleet/certs.py` `write_internal_pki`: ca.pem, ca.key, node.pem and
@@ -27,6 +29,7 @@ from fleet.certs import write_fleet_pki, write_internal_pki
 from kafka_wire.sasl.plain import dump_credentials, make_credential
 
 __all__ = [
+    "MAIN_SASL_SSL_OFFSET",
     "SASL_SSL_OFFSET",
     "SSL_OFFSET",
     "LocalTls",
@@ -35,6 +38,7 @@ __all__ = [
 
 SASL_SSL_OFFSET: Final = 5
 SSL_OFFSET: Final = 6
+MAIN_SASL_SSL_OFFSET: Final = 7  # the main's; +8 and +9 stay free
 ADMIN: Final = "admin"
 # The CN of a client certificate is its principal (User:admin), as the CN rule of Kafka's
 # ssl.principal.mapping.rules documentation does.
@@ -93,6 +97,22 @@ class LocalTls:
             f'  {{ name = "SSL", protocol = "SSL", port = {zone_base + SSL_OFFSET}, '
             'ssl_client_auth = "required" },\n'
             "]\n"
+        )
+
+    @staticmethod
+    def main_listeners_toml(zone_base: int) -> str:
+        return (
+            f'listeners = [{{ name = "SASL_SSL", protocol = "SASL_SSL", '
+            f"port = {zone_base + MAIN_SASL_SSL_OFFSET} }}]\n"
+        )
+
+    def main_client_settings(self, zone_base: int) -> str:
+        """librdkafka properties for the SASL_SSL listener of the main of a zone whose ports
+        start at `zone_base`."""
+        return (
+            f"SASL_SSL: bootstrap.servers=127.0.0.1:{zone_base + MAIN_SASL_SSL_OFFSET} "
+            f"security.protocol=SASL_SSL sasl.mechanism=PLAIN sasl.username={ADMIN} "
+            f"sasl.password={self.admin_password} ssl.ca.location={self.ca}"
         )
 
     def client_settings(self, zone_base: int) -> list[str]:

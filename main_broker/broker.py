@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import secrets
 import time
 import uuid
 from collections import Counter
@@ -42,11 +43,13 @@ from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.quotas.enforcer import EXPIRY_INTERVAL_S, QUOTA_REFRESH_S, QuotaEnforcer
 from kafka_wire.quotas.manager import QuotaType
+from kafka_wire.secure_listeners import SCRAM_REFRESH_S, SecureListeners
 from kafka_wire.security_docs import SecurityDocError
 from kafka_wire.server_loop import (
     ANONYMOUS_PRINCIPAL,
     Buffer,
     CloseConnection,
+    ConnectionGate,
     ConnectionIdentity,
     ConnectionInfo,
     Finish,
@@ -252,6 +255,22 @@ class MainBroker:
         self.txn_offsets: PendingTxnOffsets
         self.security = SecurityState(self)
         self.quotas = QuotaEnforcer()  # for the clients that reach this main directly
+        # Named listeners (SASL_SSL, ...) besides `port`, served as the proxies serve theirs;
+        # SCRAM logins check `security.scram`, which `_keep_scram_fresh` keeps current.
+        self.secure = SecureListeners(
+            config.listeners,
+            config.sasl,
+            # Unknown users' fake salts derive from it: without a fleet secret (a lone main
+            # with no RPC) they are stable for the life of the process only.
+            config.rpc_secret or secrets.token_bytes(32),
+            self.metrics,
+            self.bad_input,
+            config.tls,
+            config.ssl_principal_mapping_rules,
+            audit=self.audit,
+            scram=lambda: self.security.scram,
+        )
+        self._named_listeners = self.secure.names()
         self.commit_nursery: trio.Nursery
         self.appender: Appender
 
@@ -356,10 +375,15 @@ class MainBroker:
                     partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
                 )
                 self.bound_port = listeners[0].socket.getsockname()[1]
-                if cfg.advertised_port is None:
-                    cfg.advertised_port = self.bound_port
-                    # It names this node by its port.
-                    self.zone_view = MainZoneView(cfg, self._live_proxies())
+                if self.secure.sasl is not None:
+                    nursery.start_soon(self._keep_scram_fresh)
+                await self.secure.serve(nursery, self._serve_stream)
+                if cfg.advertised_port is None or self.secure.listeners:
+                    cfg.advertised_port = cfg.advertised_port or self.bound_port
+                    # It names this node by its ports.
+                    self.zone_view = MainZoneView(
+                        cfg, self._live_proxies(), self.secure.advertised()
+                    )
                 self.ready = True
                 if role is not None:  # see above: registration is a clustered main's task
                     nursery.start_soon(role.run_registration)
@@ -473,6 +497,20 @@ class MainBroker:
                 last_expiry = trio.current_time()
             await trio.sleep(QUOTA_REFRESH_S)
 
+    async def _keep_scram_fresh(self) -> None:
+        """The SCRAM credentials the named SASL listeners check, read every SCRAM_REFRESH_S
+        (a change made through this main is in `security.scram` at once)."""
+        while True:
+            try:
+                await self.security.read_scram()
+            except (ObjectStoreError, SecurityDocError, WalError, OSError) as exc:
+                log.warning("SCRAM credentials not refreshed: %s", exc)
+            await trio.sleep(SCRAM_REFRESH_S)
+
+    def named_listener(self, conn: ConnectionInfo) -> str | None:
+        """The named listener (SASL_SSL, ...) of this main the client came in on, if any."""
+        return conn.listener if conn.listener in self._named_listeners else None
+
     def direct_client(self, ctx: RequestContext) -> bool:
         """A client connected to this main itself, not one a proxy relays for."""
         return not ctx.conn.listener.startswith(RELAY_LISTENER_PREFIX)
@@ -493,11 +531,21 @@ class MainBroker:
         return RelayResult(b"".join(parts) if parts is not None else None).to_wire()
 
     async def _serve(self, stream: trio.SocketStream) -> None:
+        await self._serve_stream(stream)
+
+    async def _serve_stream(
+        self,
+        stream: trio.abc.Stream,
+        conn: ConnectionInfo | None = None,
+        gate: Callable[[ConnectionInfo], ConnectionGate] | None = None,
+    ) -> None:
         self.metrics.connections.inc()
         try:
             await serve_connection(
                 stream,
                 self,
+                conn=conn,
+                gate=gate,
                 max_frame_bytes=self.config.max_request_bytes,
                 max_in_flight=self.config.max_in_flight_per_connection,
                 meter=self.traffic.kafka,
@@ -624,6 +672,19 @@ class MainBroker:
                 f"unsupported API {name} (key {key}) version {version} "
                 f"from {conn.peer_host}:{conn.peer_port} client_id={header.client_id!r}"
             )
+        supers = self.config.listener_super_users
+        if (
+            supers is not None
+            and key != API_VERSIONS
+            and conn.principal not in supers
+            and self.named_listener(conn) is not None
+        ):
+            # With the authorizer on, a main's named listeners serve super users only: the
+            # main enforces no ACLs, and its plaintext port is the proxies' to reach.
+            raise CloseConnection(
+                f"{name} from {conn.principal} on listener {conn.listener}: a main's named "
+                "listeners are for super users only while the authorizer is on"
+            )
         ctx = RequestContext(header, conn)
         if not self.quotas.manager.enabled(QuotaType.REQUEST) or not self.direct_client(ctx):
             return self._begin(ctx, name, frame)
@@ -686,8 +747,10 @@ class MainBroker:
             )
         else:
             data = await self._handlers[key](self, ctx, request)
-            if key in ROUTED_APIS and (zone := self.client_zone(ctx)) is not None:
-                data = self.zone_view.rewrite(key, data, zone)
+            if key in ROUTED_APIS:
+                zone, listener = self.client_zone(ctx), self.named_listener(ctx.conn)
+                if zone is not None or listener is not None:
+                    data = self.zone_view.rewrite(key, data, zone, listener)
         response = build_response(key, header.api_version, data)
         return [encode_response(header, response)]
 
@@ -721,7 +784,9 @@ class MainBroker:
                     continue
                 leader = self.config.node_id if plog.leader_id is None else plog.leader_id
                 current[(topic, index)] = (leader, plog.leader_epoch)
-            hints = self.zone_view.leader_hints(current, self.client_zone(ctx))
+            hints = self.zone_view.leader_hints(
+                current, self.client_zone(ctx), self.named_listener(ctx.conn)
+            )
             return hints.current_leader, hints.node_endpoints
 
         return source

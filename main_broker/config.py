@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from internal_rpc.tls import RpcTlsSettings
+from kafka_wire.listeners import ListenerConfig
+from kafka_wire.sasl.gate import SaslSettings
+from kafka_wire.tls import TlsSettings
 from main_broker.group_config import GroupConfig
 from shared_wal import WalConfig
 from telemetry import REGIONAL_ZONE
@@ -27,6 +30,8 @@ class MainPeer:
     host: str
     port: int
     rpc_port: int | None = None
+    # Named listeners besides `port`: (name, advertised host, advertised port).
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass
@@ -38,6 +43,16 @@ class BrokerConfig:
     port: int = 9092
     advertised_host: str | None = None
     advertised_port: int | None = None
+    # Named listeners besides `port` (kafka_wire/listeners.py), and what their security
+    # protocols need: SASL settings, TLS material and the mTLS principal mapping rules.
+    listeners: list[ListenerConfig] = field(default_factory=list)
+    sasl: SaslSettings = field(default_factory=SaslSettings)
+    tls: TlsSettings | None = None
+    ssl_principal_mapping_rules: str | None = None  # Kafka's; None: DEFAULT (the whole DN)
+    # With `[security] authorizer = true`: the super users, the only principals the named
+    # listeners serve (a main enforces no ACLs). None: the named listeners serve every
+    # principal they authenticate.
+    listener_super_users: frozenset[str] | None = None
     cluster_id: str = "zonefleet"
     # Internal RPC for zone proxies (confirms, state stream, relays); off when rpc_port is None.
     rpc_port: int | None = None

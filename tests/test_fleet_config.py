@@ -373,3 +373,73 @@ def test_connection_limits_reach_mains_and_proxies(tmp_path: Path) -> None:
     for node in (config.mains[0].broker, config.proxies[0].proxy):
         assert (node.max_connections, node.max_connections_per_ip) == (500, 20)
         assert node.connections_max_idle_s == 1.5
+
+
+MAIN_SASL = (
+    'listeners = [{ name = "SASL", protocol = "SASL_PLAINTEXT", port = 9097, '
+    'advertised_host = "main-a.example" }]\n'
+)
+PROXY_SASL = 'listeners = [{ name = "SASL", protocol = "SASL_PLAINTEXT", port = 9197 }]\n'
+
+
+def _with_listeners(extra: str = "", main: str = MAIN_SASL) -> str:
+    base = BASE.replace("rpc_port = 9094\n", "rpc_port = 9094\n" + main)
+    proxies = PROXIES.replace("admin_port = 9193\n", "admin_port = 9193\n" + PROXY_SASL, 1)
+    return extra + base + proxies
+
+
+def test_main_listeners_are_parsed_and_advertised(tmp_path: Path) -> None:
+    config = parse(_with_listeners(), tmp_path, discover=no_discovery)
+    main = config.main(1).broker
+    (lst,) = main.listeners
+    assert (lst.name, lst.protocol, lst.host, lst.port) == (
+        "SASL",
+        "SASL_PLAINTEXT",
+        "127.0.0.1",
+        9097,
+    )
+    assert main.sasl.mechanisms == ("SCRAM-SHA-512", "SCRAM-SHA-256")
+    assert main.listener_super_users is None  # no authorizer: every authenticated principal
+    # The proxies list the main on its listener; the main lists the proxies on theirs.
+    proxy = config.proxy(101).proxy
+    assert proxy.mains[0].listeners == (("SASL", "main-a.example", 9097),)
+    assert [n.listeners for n in main.zone_proxies] == [(("SASL", "127.0.0.1", 9197),), ()]
+
+
+def test_main_listeners_with_the_authorizer_serve_super_users_only(tmp_path: Path) -> None:
+    security = '[security]\nauthorizer = true\nsuper_users = ["User:admin"]\n'
+    config = parse(_with_listeners(security), tmp_path, discover=no_discovery)
+    assert config.main(1).broker.listener_super_users == frozenset({"User:admin"})
+    # The proxies, which check ACLs, send no client to a main's listener.
+    assert config.proxy(101).proxy.mains[0].listeners == ()
+
+
+def test_main_listener_ports_must_not_clash(tmp_path: Path) -> None:
+    clash = MAIN_SASL.replace("9097", "9093")
+    with pytest.raises(ConfigError, match="listener SASL and main broker 1 admin_port"):
+        parse(_with_listeners(main=clash), tmp_path, discover=no_discovery)
+    bad = MAIN_SASL.replace("SASL_PLAINTEXT", "KERBEROS")
+    with pytest.raises(ConfigError, match="main broker 1: listener SASL has protocol"):
+        parse(_with_listeners(main=bad), tmp_path, discover=no_discovery)
+
+
+def test_local_tls_gives_each_main_a_sasl_ssl_listener(tmp_path: Path) -> None:
+    from fleet.local_tls import LocalTls
+
+    text = local_zones_fleet_toml(
+        tmp_path,
+        30000,
+        2,
+        "ab" * 32,
+        proxy_listeners=LocalTls.proxy_listeners_toml,
+        main_listeners=LocalTls.main_listeners_toml,
+    )
+    text = text.replace(
+        "[[zones]]", "[security]\nssl_certfile = 'c'\nssl_keyfile = 'k'\n\n[[zones]]", 1
+    )
+    config = parse(text, tmp_path, discover=no_discovery)
+    assert [[(lst.name, lst.port) for lst in m.broker.listeners] for m in config.mains] == [
+        [("SASL_SSL", 30017)],
+        [("SASL_SSL", 30027)],
+    ]
+    assert config.proxy(101).proxy.mains[1].listeners == (("SASL_SSL", "127.0.0.1", 30027),)

@@ -15,6 +15,10 @@ until the proxy subscribes again. Liveness is per main, from its own subscribers
 has just started counts the proxies it has not heard from yet as live for
 `proxy_resubscribe_grace_s`, the time they take to re-subscribe after its restart.
 
+A client of one of this main's named listeners (SASL_SSL, ...) gets every node at its address
+on that listener, with or without zone proxies (`Topology.for_listener`: a proxy without a
+listener of that name is not live for that client, so give every main the same names).
+
 KIP-392 ``preferred_read_replica`` is left unset: an untagged client is put in this main's zone,
 so no direct client is of unknown zone, and a client follows a preferred replica only when its
 Metadata lists that node, which a zone view never does for another zone's proxy.
@@ -51,13 +55,30 @@ K = TypeVar("K", bound=Hashable)
 log = logging.getLogger("zonefleet.main_broker.zone_view")
 
 
-def fleet_topology(cfg: BrokerConfig) -> Topology:
-    """Every main and zone proxy of the fleet, all taken as live."""
+Listeners = tuple[tuple[str, str, int], ...]  # (name, advertised host, advertised port)
+
+
+def fleet_topology(cfg: BrokerConfig, own_listeners: Listeners | None = None) -> Topology:
+    """Every main and zone proxy of the fleet, all taken as live, with their named listeners
+    (this main's: `own_listeners` once bound, else as configured)."""
     zones: dict[str, str | None] = dict(cfg.zones)
-    nodes = [Node(m.node_id, m.zone, "main", m.host, m.port) for m in cfg.mains]
+    own = own_listeners
+    if own is None:
+        own = tuple((lst.name, *lst.advertised()) for lst in cfg.listeners)
+    nodes = [
+        Node(
+            m.node_id,
+            m.zone,
+            "main",
+            m.host,
+            m.port,
+            own if m.node_id == cfg.node_id else m.listeners,
+        )
+        for m in cfg.mains
+    ]
     if not nodes:
         host, port = cfg.advertised
-        nodes = [Node(cfg.node_id, cfg.zone, "main", host, port)]
+        nodes = [Node(cfg.node_id, cfg.zone, "main", host, port, own)]
     nodes += cfg.zone_proxies
     for node in nodes:
         zones.setdefault(node.zone, None)
@@ -104,8 +125,13 @@ def main_for_replica(
 
 
 class MainZoneView:
-    def __init__(self, cfg: BrokerConfig, live_proxies: Collection[int] = ()) -> None:
-        self._all = fleet_topology(cfg)
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        live_proxies: Collection[int] = (),
+        own_listeners: Listeners | None = None,
+    ) -> None:
+        self._all = fleet_topology(cfg, own_listeners)
         self.topology = self._all.with_live_proxies(live_proxies)
         self._proxy_zones = {p.node_id: p.zone for p in cfg.zone_proxies}
         # Zone views only exist where there are zone proxies to send clients to.
@@ -129,17 +155,28 @@ class MainZoneView:
     def applies(cfg: BrokerConfig) -> bool:
         return bool(cfg.zone_proxies)
 
-    def rewrite(self, api_key: int, data: dict[str, Any], zone: str | None) -> dict[str, Any]:
+    def for_listener(self, listener: str | None) -> Topology:
+        """The topology a client of this main's named listener sees (None: the default)."""
+        return self.topology if listener is None else self.topology.for_listener(listener)
+
+    def rewrite(
+        self, api_key: int, data: dict[str, Any], zone: str | None, listener: str | None = None
+    ) -> dict[str, Any]:
+        """The answer for a client of ``zone`` (None: every node) on ``listener``."""
+        topology = self.for_listener(listener)
         if api_key == API_METADATA:
-            return rewrite_metadata(data, zone, self.topology).data
+            return rewrite_metadata(data, zone, topology).data
         if api_key == API_FIND_COORDINATOR:
-            return rewrite_find_coordinator(data, zone, self.topology).data
+            return rewrite_find_coordinator(data, zone, topology).data
         if api_key == API_DESCRIBE_TOPIC_PARTITIONS:
-            return rewrite_describe_topic_partitions(data, zone, self.topology).data
-        return rewrite_describe_cluster(data, zone, self.topology).data
+            return rewrite_describe_topic_partitions(data, zone, topology).data
+        return rewrite_describe_cluster(data, zone, topology).data
 
     def leader_hints(
-        self, current_leader: Mapping[K, tuple[int, int]], zone: str | None
+        self,
+        current_leader: Mapping[K, tuple[int, int]],
+        zone: str | None,
+        listener: str | None = None,
     ) -> LeaderHints[K]:
-        """KIP-951 hints for a client of ``zone`` (None: the real leaders)."""
-        return rewrite_leader_hints(current_leader, (), zone, self.topology)
+        """KIP-951 hints for a client of ``zone`` (None: the real leaders) on ``listener``."""
+        return rewrite_leader_hints(current_leader, (), zone, self.for_listener(listener))
