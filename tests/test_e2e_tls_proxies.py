@@ -56,11 +56,16 @@ class TlsFleet:
         self.proc = proc
         self.tls = proc.data_dir / "tls"
         self.settings: dict[tuple[str, str], dict[str, str]] = {}
+        self.main_settings: dict[str, dict[str, str]] = {}
         for line in proc.output:
             m = re.match(r"zone=(\S+) client (SASL_SSL|SSL)[^:]*: (.*)", line)
             if m:
                 pairs = dict(kv.split("=", 1) for kv in m.group(3).split())
                 self.settings[(m.group(1), m.group(2))] = pairs
+            m = re.match(r"zone=(\S+) main SASL_SSL: (.*)", line)
+            if m:  # the zone main's own SASL_SSL listener
+                pairs = dict(kv.split("=", 1) for kv in m.group(2).split())
+                self.main_settings[m.group(1)] = pairs
 
     def conf(self, zone: str, listener: str, **extra: Any) -> dict[str, Any]:
         return {**self.settings[(zone, listener)], **extra}
@@ -77,6 +82,7 @@ def tls_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsFleet]:
     try:
         fleet = TlsFleet(proc)
         assert len(fleet.settings) == 6, proc.output[:10]
+        assert sorted(fleet.main_settings) == list(ZONES), proc.output[:10]
         yield fleet
     finally:
         code = proc.stop()
@@ -86,6 +92,17 @@ def tls_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsFleet]:
 def test_sasl_ssl_produce_and_mtls_consume_across_zones(tls_fleet: TlsFleet) -> None:
     round_trip(tls_fleet.conf("az1", "SASL_SSL"), tls_fleet.conf("az2", "SSL"), 40)
     round_trip(tls_fleet.conf("az3", "SSL"), tls_fleet.conf("az3", "SASL_SSL"), 40)
+
+
+def test_sasl_ssl_at_the_mains(tls_fleet: TlsFleet) -> None:
+    """Each main's SASL_SSL listener (+7): a round trip bootstrapped at a main, read back
+    through another main, and Metadata there naming every node by its SASL_SSL address."""
+    az1, az2 = tls_fleet.main_settings["az1"], tls_fleet.main_settings["az2"]
+    round_trip(az1, az2, 40)
+    brokers = AdminClient(az1).list_topics(timeout=10).brokers
+    ports = {b.port for b in brokers.values()}
+    main_port = int(az1["bootstrap.servers"].rsplit(":", 1)[1])
+    assert ports == {main_port, tls_fleet.port("az1", "SASL_SSL")}, brokers
 
 
 def test_scram_over_tls_with_kcat_kafka_python_and_aiokafka(tls_fleet: TlsFleet) -> None:
