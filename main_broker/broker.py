@@ -677,12 +677,14 @@ class MainBroker:
             supers is not None
             and key != API_VERSIONS
             and conn.principal not in supers
-            and self.named_listener(conn) is not None
+            and not conn.listener.startswith(RELAY_LISTENER_PREFIX)
         ):
-            # With the authorizer on, a main's named listeners serve super users only: the
-            # main enforces no ACLs, and its plaintext port is the proxies' to reach.
+            # With the authorizer on, a main serves its own clients (on any of its listeners,
+            # its plaintext port included) for super users only: the main enforces no ACLs,
+            # and the proxies, which do, send every client through themselves. Relayed
+            # requests were checked by their proxy.
             raise CloseConnection(
-                f"{name} from {conn.principal} on listener {conn.listener}: a main's named "
+                f"{name} from {conn.principal} on listener {conn.listener}: a main's own "
                 "listeners are for super users only while the authorizer is on"
             )
         ctx = RequestContext(header, conn)

@@ -49,9 +49,9 @@ class BrokerConfig:
     sasl: SaslSettings = field(default_factory=SaslSettings)
     tls: TlsSettings | None = None
     ssl_principal_mapping_rules: str | None = None  # Kafka's; None: DEFAULT (the whole DN)
-    # With `[security] authorizer = true`: the super users, the only principals the named
-    # listeners serve (a main enforces no ACLs). None: the named listeners serve every
-    # principal they authenticate.
+    # With `[security] authorizer = true`: the super users, the only principals the main's
+    # own listeners (its plaintext port and its named ones) serve; relayed requests were
+    # checked by their proxy (a main enforces no ACLs). None: every principal is served.
     listener_super_users: frozenset[str] | None = None
     cluster_id: str = "zonefleet"
     # Internal RPC for zone proxies (confirms, state stream, relays); off when rpc_port is None.

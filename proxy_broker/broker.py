@@ -401,9 +401,12 @@ class ProxyBroker:
 
     def client_topology(self, conn: ConnectionInfo, client_id: str | None) -> Topology:
         """The zone view as this client sees it: its listener's addresses, and every main
-        behind this proxy when a quota applies to it (this proxy meters all it does)."""
+        behind this proxy when a quota applies to it (this proxy meters all it does) or the
+        authorizer is on (this proxy checks all it does: a main enforces no ACLs)."""
         topology = self.topology.for_listener(conn.listener)
-        return topology.proxied() if self.quotas.limits(conn, client_id) else topology
+        if self.access.enabled or self.quotas.limits(conn, client_id):
+            return topology.proxied()
+        return topology
 
     def leader_hints(
         self, partitions: Sequence[PartitionKey], topology: Topology | None = None
