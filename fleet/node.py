@@ -4,8 +4,9 @@ audit log."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -65,52 +66,70 @@ def _admin_refused(audit: AuditLog, host: str, port: int, what: str) -> None:
     )
 
 
-async def run_main_broker_node(
-    node: MainBrokerNode, *, task_status: trio.TaskStatus[MainBroker] = trio.TASK_STATUS_IGNORED
+class _Node(Protocol):
+    """What the admin endpoint and the supervisor use of a main broker or a proxy."""
+
+    connection_limits: ConnectionLimits
+
+    def status(self) -> dict[str, Any]: ...
+    def health(self) -> tuple[bool, str]: ...
+    async def run(self, *, task_status: trio.TaskStatus[int] = ...) -> None: ...
+
+
+N = TypeVar("N", bound=_Node)
+
+
+async def _run_node(
+    name: str,
+    admin: tuple[str, int, str | None],
+    audit_template: str | None,
+    build: Callable[[MetricsRegistry, AuditLog], N],
+    task_status: trio.TaskStatus[N],
 ) -> None:
+    """Builds the node with its metrics registry and audit log, and runs it behind its admin
+    endpoint (started first, so /healthz says "starting" while the node syncs)."""
+    host, port, token = admin
     registry = MetricsRegistry()
-    with _node_audit(node.audit_log, f"main-{node.broker.node_id}") as audit:
-        broker = MainBroker(node.broker, registry, audit=audit)
-        _export_connections(broker.connection_limits, registry)
+    with _node_audit(audit_template, name) as audit:
+        node = build(registry, audit)
+        _export_connections(node.connection_limits, registry)
         async with trio.open_nursery() as nursery:
             await nursery.start(
                 partial(
                     serve_admin_http,
-                    node.admin_host,
-                    node.admin_port,
+                    host,
+                    port,
                     registry,
-                    broker.status,
-                    broker.health,
-                    token=node.admin_token,
+                    node.status,
+                    node.health,
+                    token=token,
                     on_unauthorized=partial(_admin_refused, audit),
                 )
             )
             nursery.start_soon(_sweep_audit, audit)
-            await nursery.start(broker.run)
-            task_status.started(broker)
+            await nursery.start(node.run)
+            task_status.started(node)
+
+
+async def run_main_broker_node(
+    node: MainBrokerNode, *, task_status: trio.TaskStatus[MainBroker] = trio.TASK_STATUS_IGNORED
+) -> None:
+    await _run_node(
+        f"main-{node.broker.node_id}",
+        (node.admin_host, node.admin_port, node.admin_token),
+        node.audit_log,
+        lambda registry, audit: MainBroker(node.broker, registry, audit=audit),
+        task_status,
+    )
 
 
 async def run_proxy_node(
     node: ProxyNode, *, task_status: trio.TaskStatus[ProxyBroker] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    registry = MetricsRegistry()
-    with _node_audit(node.audit_log, f"proxy-{node.proxy.node_id}") as audit:
-        proxy = ProxyBroker(node.proxy, registry, audit=audit)
-        _export_connections(proxy.connection_limits, registry)
-        async with trio.open_nursery() as nursery:
-            # Admin first, so /healthz says "starting" while the proxy syncs with its mains.
-            await nursery.start(
-                partial(
-                    serve_admin_http,
-                    node.admin_host,
-                    node.admin_port,
-                    registry,
-                    proxy.status,
-                    proxy.health,
-                    token=node.admin_token,
-                    on_unauthorized=partial(_admin_refused, audit),
-                )
-            )
-            nursery.start_soon(_sweep_audit, audit)
-            await nursery.start(proxy.run)
-            task_status.started(proxy)
+    await _run_node(
+        f"proxy-{node.proxy.node_id}",
+        (node.admin_host, node.admin_port, node.admin_token),
+        node.audit_log,
+        lambda registry, audit: ProxyBroker(node.proxy, registry, audit=audit),
+        task_status,
+    )

@@ -16,9 +16,7 @@ import json
 import sys
 from typing import Any
 
-import trio
-
-from fleet.topics_cli import error_name, split_bootstrap
+from fleet.kafka_cli import error_name, run_over_kafka
 from kafka_wire.client import KafkaClient
 from kafka_wire.quotas.admin import MatchType
 from kafka_wire.quotas.entities import CLIENT_ID, USER
@@ -128,20 +126,11 @@ def _label(entity: dict[str, str | None]) -> str:
     return ", ".join(f"{k} {'<default>' if v is None else v}" for k, v in entity.items())
 
 
-async def _run(args: argparse.Namespace) -> int:
-    host, port = split_bootstrap(args.bootstrap)
-    client = await KafkaClient.connect(host, port)
-    try:
-        if args.quotas_command == "alter":
-            return await _alter(client, args)
-        return await _describe(client, args)
-    finally:
-        await client.aclose()
+async def _run(client: KafkaClient, args: argparse.Namespace) -> int:
+    if args.quotas_command == "alter":
+        return await _alter(client, args)
+    return await _describe(client, args)
 
 
 def run_quotas_command(args: argparse.Namespace) -> int:
-    try:
-        return trio.run(_run, args)
-    except OSError as exc:
-        print(f"cannot reach {args.bootstrap}: {exc}", file=sys.stderr)
-        return 1
+    return run_over_kafka(_run, args)

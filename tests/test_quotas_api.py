@@ -213,3 +213,26 @@ def test_a_direct_client_of_a_main_is_throttled_by_it(lone: LoneMain) -> None:
         producer.flush(30)
         producer.poll(0.1)
     assert max(throttles) > 0
+
+
+def test_the_topics_cli_over_the_same_connection_helper(lone: LoneMain) -> None:
+    """`zonefleet topics` shares the Kafka CLI plumbing (fleet/kafka_cli.py) with `quotas`."""
+    cli = [ZONEFLEET, "topics", "--bootstrap", lone.bootstrap]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=60)
+
+    created = run("create", "cli-topic", "--partitions", "2")
+    assert created.returncode == 0, created.stderr
+    assert "cli-topic" in run("list").stdout.split()
+    described = run("describe", "cli-topic")
+    assert described.returncode == 0 and '"partition": 1' in described.stdout
+    again = run("create", "cli-topic")
+    assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr.upper()
+    unreachable = subprocess.run(
+        [ZONEFLEET, "topics", "--bootstrap", "127.0.0.1:1", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unreachable.returncode == 1 and "cannot reach 127.0.0.1:1" in unreachable.stderr
