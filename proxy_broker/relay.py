@@ -1,16 +1,18 @@
 """A request a zone proxy does not answer itself, relayed to the main(s) that do.
 
-Decoded and checked in the zone first (`authorize_relay`: ACLs, and Metadata without
-auto-creation for a principal that may not create topics); then sent over internal RPC with
-the client's address and principal (the mains trust them from an authenticated fleet peer
-only), split and merged by `relay_plan`; answers that name brokers (Metadata,
-FindCoordinator, DescribeCluster, DescribeTopicPartitions) rewritten into the client's zone
-view.
+Decoded and checked in the zone first: `authorize_relay`, when the request is begun, closes
+the connection of a principal sending an API only super users may use; `relay_request` asks
+the proxy's ACLs what to do with it (proxy_broker/access.py, a `Verdict`): answer it here,
+relay it, or relay its allowed part and complete the main's answer (the denied part joined,
+filters, `authorized_operations`). Then it is sent over internal RPC with the client's
+address and principal (the mains trust them from an authenticated fleet peer only), split and
+merged by `relay_plan`; answers that name brokers (Metadata, FindCoordinator,
+DescribeCluster, DescribeTopicPartitions) rewritten into the client's zone view.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,14 +22,18 @@ from internal_rpc import RpcError
 from internal_rpc.messages import MalformedMessage, RelayParams, RelayResult
 from kafka_wire.codec import (
     MalformedRequest,
+    RequestHeader,
+    build_request,
     build_response,
+    decode_request,
     decode_response,
     encode_request,
     encode_response,
     entity_to_data,
 )
 from kafka_wire.server_loop import ANONYMOUS_PRINCIPAL, Buffer, CloseConnection
-from proxy_broker.access import NotAuthorized
+from proxy_broker.access import OPEN_APIS, NotAuthorized
+from proxy_broker.access_verdict import Complete, Verdict
 from proxy_broker.relay_plan import plan_relay
 from zone_router import (
     rewrite_describe_cluster,
@@ -51,26 +57,40 @@ RELAY_TIMEOUT_S = 60.0  # JoinGroup may legitimately wait for a whole rebalance
 def authorize_relay(
     proxy: ProxyBroker, ctx: RequestContext, request: Any
 ) -> Sequence[Buffer] | bytearray | None:
-    """The answer to a request this principal may not make; a Metadata request's frame
-    without auto-creation when it may not create topics; or None: relay it as it came."""
-    header, conn = ctx.header, ctx.conn
+    """Closes the connection of a principal that sends an API only super users may use;
+    everything else is decided by `relay_request` (None: relay it)."""
     try:
-        answer = proxy.access.check_relayed(header, request, conn)
+        proxy.access.check_known(ctx.header, ctx.conn)
     except NotAuthorized as exc:
         raise CloseConnection(str(exc)) from None
-    if answer is not None or header.api_key != API_METADATA:
-        return answer
-    ctx.topics_named = bool(request.topics)
-    if not getattr(request, "allow_auto_topic_creation", False):
+    return None
+
+
+class _MirrorTopics:
+    """The proxy's mirrors as the ACL checks' `TopicIndex`."""
+
+    def __init__(self, proxy: ProxyBroker) -> None:
+        self._proxy = proxy
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._proxy.topic_name(topic_id.bytes)
+
+    def topic_exists(self, name: str) -> bool:
+        return any(name in mirror.topics for mirror in self._proxy.mirrors.values())
+
+
+def _verdict(proxy: ProxyBroker, ctx: RequestContext, frame: bytes) -> Verdict | None:
+    header = ctx.header
+    if not proxy.access.enabled:
         return None
-    if proxy.access.may_auto_create(conn):
-        return None
-    plain = dataclasses.replace(request, allow_auto_topic_creation=False)
-    return bytearray(
-        encode_request(
-            header.api_key, header.api_version, header.correlation_id, header.client_id, plain
-        )
-    )
+    try:
+        request = decode_request(header, frame)
+    except MalformedRequest as exc:
+        raise CloseConnection(f"malformed api {header.api_key} request: {exc}") from None
+    try:
+        return proxy.access.check_relayed(header, request, ctx.conn, _MirrorTopics(proxy))
+    except NotAuthorized as exc:
+        raise CloseConnection(str(exc)) from None
 
 
 def _relay_target(proxy: ProxyBroker) -> int:
@@ -83,9 +103,18 @@ def _relay_target(proxy: ProxyBroker) -> int:
 async def relay_request(
     proxy: ProxyBroker, ctx: RequestContext, frame: bytes
 ) -> Sequence[Buffer] | None:
-    """Relays a request to the main(s) that answer it (`relay_plan`), merges the answers,
-    and rewrites those that name brokers into the client's zone view."""
+    """Relays a request to the main(s) that answer it (`relay_plan`) as its ACL verdict
+    says (answered here, relayed, or relayed in part), merges the answers, rewrites those
+    that name brokers into the client's zone view, and completes them by the verdict."""
     header = ctx.header
+    verdict = None if header.api_key in OPEN_APIS else _verdict(proxy, ctx, frame)
+    if verdict is not None and verdict.answer is not None:
+        return [_encode(header, verdict.answer)]
+    if verdict is not None and verdict.request is not None:
+        request = build_request(header.api_key, header.api_version, verdict.request)
+        frame = encode_request(
+            header.api_key, header.api_version, header.correlation_id, header.client_id, request
+        )
     try:
         mains = sorted(proxy.mirrors)
         # The mains this proxy stands for in its zone view: other zones' mains, and its
@@ -131,25 +160,34 @@ async def relay_request(
         response = plan.merge([r for r in responses if r is not None])
     if response is None:
         return None
-    if header.api_key in REWRITTEN:
-        response = _rewrite(proxy, ctx, response)
+    complete = verdict.complete if verdict is not None else None
+    if header.api_key in REWRITTEN or complete is not None:
+        response = _rewrite(proxy, ctx, response, complete)
     return [response]
 
 
-def _rewrite(proxy: ProxyBroker, ctx: RequestContext, response: bytes) -> bytes:
+def _rewrite(
+    proxy: ProxyBroker, ctx: RequestContext, response: bytes, complete: Complete | None
+) -> bytes:
+    """The main's answer in the client's zone view, completed by the ACL verdict."""
     header = ctx.header
     key, version = header.api_key, header.api_version
     _, entity = decode_response(key, version, response)
-    data = entity_to_data(entity)
+    out = entity_to_data(entity)
     zone = proxy.config.zone  # a client that reached this proxy is in its zone
     topology = proxy.client_topology(ctx.conn, header.client_id)
     if key == API_METADATA:
-        out = rewrite_metadata(data, zone, topology).data
-        out = proxy.access.filter_metadata(out, ctx.topics_named, ctx.conn)
+        out = rewrite_metadata(out, zone, topology).data
     elif key == API_FIND_COORDINATOR:
-        out = rewrite_find_coordinator(data, zone, topology).data
+        out = rewrite_find_coordinator(out, zone, topology).data
     elif key == API_DESCRIBE_TOPIC_PARTITIONS:
-        out = rewrite_describe_topic_partitions(data, zone, topology).data
-    else:
-        out = rewrite_describe_cluster(data, zone, topology).data
-    return encode_response(header, build_response(key, version, out))
+        out = rewrite_describe_topic_partitions(out, zone, topology).data
+    elif key == API_DESCRIBE_CLUSTER:
+        out = rewrite_describe_cluster(out, zone, topology).data
+    if complete is not None:
+        out = complete(out)
+    return _encode(header, out)
+
+
+def _encode(header: RequestHeader, data: dict[str, Any]) -> bytes:
+    return encode_response(header, build_response(header.api_key, header.api_version, data))

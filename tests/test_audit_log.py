@@ -17,13 +17,20 @@ import pytest
 from fleet.audit_file import AuditFile, audit_log_path, open_audit_log
 from fleet.config import ConfigError, parse_fleet_config
 from kafka_wire.acl import AclBinding
-from kafka_wire.codec import build_request, decode_request, encode_request, parse_request_header
+from kafka_wire.codec import (
+    RequestHeader,
+    build_request,
+    decode_request,
+    encode_request,
+    parse_request_header,
+)
 from kafka_wire.errors import ErrorCode
 from kafka_wire.sasl.errors import SaslAuthenticationFailed
 from kafka_wire.sasl.gate import SaslSettings
 from kafka_wire.security_docs import AclsDoc
 from kafka_wire.server_loop import ConnectionIdentity, ConnectionInfo
 from proxy_broker.access import AclSettings, NotAuthorized, ProxyAccess
+from proxy_broker.access_verdict import Verdict
 from proxy_broker.secure_listeners import ProxyListeners
 from telemetry import BadInputLog, BrokerMetrics, MetricsRegistry
 from telemetry.audit import (
@@ -346,14 +353,27 @@ def conn(principal: str) -> ConnectionInfo:
     return ConnectionInfo("10.0.0.1", 5000, 9092, "SASL", ConnectionIdentity(principal))
 
 
-def relayed(a: ProxyAccess, who: str, key: int, version: int, data: dict[str, Any]) -> Any:
+def relayed(
+    a: ProxyAccess, who: str, key: int, version: int, data: dict[str, Any], topics: Any = None
+) -> Verdict | None:
     frame = encode_request(key, version, 9, "c", build_request(key, version, data))
     header = parse_request_header(frame)
-    return a.check_relayed(header, decode_request(header, bytearray(frame)), conn(who))
+    return a.check_relayed(header, decode_request(header, bytearray(frame)), conn(who), topics)
+
+
+class OneTopic:
+    def topic_name(self, topic_id: object) -> None:
+        return None
+
+    def topic_exists(self, name: str) -> bool:
+        return name == "there"
 
 
 def test_proxy_denials_are_audited() -> None:
-    a, out = recording_access(AclBinding(TOPIC, "t", 3, "User:alice", "*", READ, 3))
+    a, out = recording_access(
+        AclBinding(TOPIC, "t", 3, "User:alice", "*", READ, 3),
+        AclBinding(TOPIC, "there", 3, "User:alice", "*", READ, 3),
+    )
     alice = conn("User:alice")
     assert a.allows(alice, READ, TOPIC, "t")  # type: ignore[arg-type]
     assert out == []
@@ -371,12 +391,16 @@ def test_proxy_denials_are_audited() -> None:
         "outcome": "TOPIC_AUTHORIZATION_FAILED",
     }
     # Topics left out of an all-topics Metadata answer are not audited; named ones are.
-    data = {"topics": [{"name": "hidden", "partitions": []}]}
-    a.filter_metadata(data, False, alice)
-    assert not a.may_auto_create(alice)  # nor a denied auto-creation, as in Kafka
+    answer = {"topics": [{"name": "hidden", "partitions": []}]}
+    every = relayed(a, "User:alice", 3, 12, {"topics": None})
+    assert every is not None and every.complete is not None
+    every.complete(answer)
+    # Nor a denied auto-creation of a topic that exists, as in Kafka (CREATE on the cluster).
+    relayed(a, "User:alice", 3, 12, {"topics": [{"name": "there"}]}, OneTopic())
     assert len(out) == 1
-    a.filter_metadata(data, True, alice)
+    relayed(a, "User:alice", 3, 12, {"topics": [{"name": "hidden"}]})
     assert out[-1]["resource"] == "hidden" and out[-1]["operation"] == "DESCRIBE"
+    assert out[-1]["api"] == "Metadata"
     # A group API: GROUP_AUTHORIZATION_FAILED.
     join = {"group_id": "g", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000,
             "member_id": "", "protocol_type": "consumer", "protocols": []}  # fmt: skip
@@ -389,11 +413,20 @@ def test_proxy_denials_are_audited() -> None:
         "IDEMPOTENT_WRITE",
         "CLUSTER_AUTHORIZATION_FAILED",
     )
-    # A super-user-only API closes the connection.
-    with pytest.raises(NotAuthorized):
-        relayed(a, "User:alice", 30, 3, {"creations": []})
-    assert (out[-1]["api"], out[-1]["resource_type"], out[-1]["outcome"]) == (
+    # An admin API: CLUSTER_AUTHORIZATION_FAILED, once per request.
+    n = len(out)
+    relayed(a, "User:alice", 30, 3, {"creations": []})
+    assert len(out) == n + 1
+    assert (out[-1]["api"], out[-1]["operation"], out[-1]["outcome"]) == (
         "CreateAcls",
+        "ALTER",
+        "CLUSTER_AUTHORIZATION_FAILED",
+    )
+    # An API nothing checks closes the connection.
+    with pytest.raises(NotAuthorized):
+        a.check_known(RequestHeader(57, 1, 9, "c", 0), alice)
+    assert (out[-1]["api"], out[-1]["resource_type"], out[-1]["outcome"]) == (
+        "UpdateFeatures",
         "CLUSTER",
         "CONNECTION_CLOSED",
     )
