@@ -86,7 +86,7 @@ MAX_REMEMBERED_PREPARED = 100_000
 class RequestContext:
     header: RequestHeader
     conn: ConnectionInfo
-    topics_named: bool = True  # a Metadata request that names its topics (not all of them)
+    request: Any = None  # the decoded body, when it was decoded (relayed requests)
     throttle_ms: int = 0  # the client is over a quota: its response says so
 
 
@@ -583,17 +583,9 @@ class ProxyBroker:
                 request = decode_request(header, frame)
             except MalformedRequest as exc:
                 raise CloseConnection(f"malformed api {key} v{header.api_version}: {exc}") from None
+            ctx.request = request
             if self.access.enabled:
-                relayed = authorize_relay(self, ctx, request)
-                if isinstance(relayed, bytearray):
-                    frame = relayed
-                elif relayed is not None:
-                    answer = relayed
-
-                    async def denied() -> Sequence[Buffer]:
-                        return answer
-
-                    return denied
+                authorize_relay(self, ctx)
 
         async def relay() -> Sequence[Buffer] | None:
             return await relay_request(self, ctx, bytes(frame))

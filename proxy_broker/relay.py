@@ -54,16 +54,13 @@ REWRITTEN |= {API_DESCRIBE_TOPIC_PARTITIONS}
 RELAY_TIMEOUT_S = 60.0  # JoinGroup may legitimately wait for a whole rebalance
 
 
-def authorize_relay(
-    proxy: ProxyBroker, ctx: RequestContext, request: Any
-) -> Sequence[Buffer] | bytearray | None:
+def authorize_relay(proxy: ProxyBroker, ctx: RequestContext) -> None:
     """Closes the connection of a principal that sends an API only super users may use;
-    everything else is decided by `relay_request` (None: relay it)."""
+    everything else is decided by `relay_request`."""
     try:
         proxy.access.check_known(ctx.header, ctx.conn)
     except NotAuthorized as exc:
         raise CloseConnection(str(exc)) from None
-    return None
 
 
 class _MirrorTopics:
@@ -83,10 +80,12 @@ def _verdict(proxy: ProxyBroker, ctx: RequestContext, frame: bytes) -> Verdict |
     header = ctx.header
     if not proxy.access.enabled:
         return None
-    try:
-        request = decode_request(header, frame)
-    except MalformedRequest as exc:
-        raise CloseConnection(f"malformed api {header.api_key} request: {exc}") from None
+    request = ctx.request
+    if request is None:  # not decoded when it was begun
+        try:
+            request = decode_request(header, frame)
+        except MalformedRequest as exc:
+            raise CloseConnection(f"malformed api {header.api_key} request: {exc}") from None
     try:
         return proxy.access.check_relayed(header, request, ctx.conn, _MirrorTopics(proxy))
     except NotAuthorized as exc:
