@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 ZONEFLEET = str(Path(sys.executable).with_name("zonefleet"))
 QUOTA = 512 * 1024  # bytes per second
-READ_QUOTA = 1024 * 1024
+READ_QUOTA = 512 * 1024  # well below what one consumer reads through a proxy here
 CALM_RATE = 200  # 1 KiB messages per second
 VALUE = b"q" * 1024
 MEASURE_S = 20.0
