@@ -209,6 +209,24 @@ async def test_a_member_that_does_not_come_back_expires_and_the_other_takes_over
         assert desc["members"][0]["member_assignment"] == b"AB"
 
 
+async def test_sessions_of_restored_members_run_from_when_the_main_serves(tmp_path: Path) -> None:
+    """A main that takes long to open its Kafka port after recovery (under load, seconds)
+    renews the restored members' sessions then (GroupCoordinator.renew_sessions), so a
+    member is not expired for a silence it could not help."""
+    url = f"osfs://{tmp_path}"
+    async with running_main(url) as main:
+        a_id = (await join(main.coord, client="a", session_ms=600))["member_id"]
+        (a,) = await join_all(main.coord, (a_id, {"client": "a", "session_ms": 600}))
+        await sync(main.coord, a, [(a_id, b"A")])
+
+    async with running_main(url) as main:
+        c = main.coord
+        await trio.sleep(0.5)  # the start-up between recovery and the port opening
+        c.renew_sessions(trio.current_time())
+        await trio.sleep(0.3)  # 0.8 s after recovery, 0.3 s after the port opened
+        assert await _heartbeat(c, a) == NONE, "expired for the start-up's silence"
+
+
 async def test_static_member_restarting_after_the_coordinator_keeps_its_assignment(
     tmp_path: Path,
 ) -> None:

@@ -90,6 +90,15 @@ class GroupCoordinator:
             with trio.move_on_at(self._next_wake):
                 await self._wakeup.wait()
 
+    def renew_sessions(self, now: float) -> None:
+        """Starts every member's session again at `now`, the moment the main serves clients
+        after a restart: the members of groups restored from the WAL could not heartbeat
+        while it was starting (under load that took seconds), so their sessions run from
+        when they can. A member whose session ends later keeps it."""
+        for g in self._groups.values():
+            for m in g.members.values():
+                m.session_deadline = max(m.session_deadline, now + m.session_timeout_ms / 1000)
+
     def _arm(self, deadline: float) -> None:
         if deadline < self._next_wake:
             self._wakeup.set()

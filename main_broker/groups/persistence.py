@@ -152,7 +152,8 @@ class WalMembership(DurableGroupRecords):
 
     def restore(self, coordinator: GroupCoordinator) -> int:
         """Rebuild every recorded group in the coordinator (start-up, after replay, on the
-        event loop: sessions start now); returns how many."""
+        event loop: sessions start now, and again when the main serves clients,
+        `GroupCoordinator.renew_sessions`); returns how many."""
         now = trio.current_time()
         retention_s = coordinator.config.empty_group_retention_ms / 1000
         for header in self.durable.values():
