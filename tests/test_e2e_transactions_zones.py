@@ -385,7 +385,10 @@ def test_prepare_commit_ends_in_commit_across_a_coordinator_kill(split_fleet: Sp
         coordinator.launch().wait_healthy(60)
     finally:
         paused.proc.send_signal(signal.SIGCONT)
-    deadline = time.monotonic() + 60
+    # Under load the pause can outlast detection: the paused leader is then fenced, exits on
+    # SIGCONT, and its partitions are taken over; meanwhile each round of markers to it waits
+    # out its RPC timeout (twice 10 s). The markers reach the new leader after all of that.
+    deadline = time.monotonic() + 120
     while True:
         try:
             offsets: object = [_list_offsets(split_fleet, topic, p) for p in range(PARTITIONS)]
