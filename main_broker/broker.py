@@ -374,7 +374,10 @@ class MainBroker:
                 listeners = await nursery.start(
                     partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
                 )
+                # Restored group members' sessions run from now: they could not heartbeat
+                # while the main was starting (seconds, under load).
                 self.coordinator.renew_sessions(trio.current_time())
+                self.consumer_groups.renew_sessions(trio.current_time())
                 self.bound_port = listeners[0].socket.getsockname()[1]
                 if self.secure.sasl is not None:
                     nursery.start_soon(self._keep_scram_fresh)

@@ -160,6 +160,21 @@ async def test_a_member_that_does_not_come_back_expires_and_the_other_takes_over
         assert members[0]["member_epoch"] == 3
 
 
+async def test_sessions_of_restored_members_run_from_when_the_main_serves(tmp_path: Path) -> None:
+    """A main slow to open its Kafka port after recovery renews the restored members'
+    sessions then (ConsumerCoordinator.renew_sessions): A is not expired for the silence."""
+    url = f"osfs://{tmp_path}"
+    async with running_main(url, groups=CONFIG) as main:
+        await _stable_pair(main)
+
+    async with running_main(url, groups=CONFIG) as main:
+        await trio.sleep(0.8)  # the start-up between recovery and the port opening
+        main.consumer.renew_sessions(trio.current_time())
+        await trio.sleep(0.5)  # 1.3 s after recovery (session 1 s), 0.5 s after the port
+        assert set(main.consumer.groups["g"].members) == {"A", "B"}
+        assert (await _beat(main, "A", 2))["error_code"] == NONE
+
+
 async def test_left_and_deleted_groups(tmp_path: Path) -> None:
     url = f"osfs://{tmp_path}"
     async with running_main(url, groups=CONFIG) as main:

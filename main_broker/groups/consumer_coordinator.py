@@ -99,6 +99,14 @@ class ConsumerCoordinator:
             with trio.move_on_at(self._next_wake):
                 await self._wakeup.wait()
 
+    def renew_sessions(self, now: float) -> None:
+        """Starts every member's session again at `now`, the moment the main serves clients
+        after a restart (as `GroupCoordinator.renew_sessions` for classic groups): restored
+        members could not heartbeat while it was starting. A later deadline is kept."""
+        for group in self.groups.values():
+            for m in group.members.values():
+                m.session_deadline = max(m.session_deadline, now + group.session_timeout_s)
+
     def _note_empty(self, group: ConsumerGroup, now: float) -> None:
         """An empty group without offsets is forgotten after empty_group_retention_ms."""
         gid = group.group_id

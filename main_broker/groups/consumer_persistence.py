@@ -96,8 +96,9 @@ class WalConsumerGroups(DurableGroupRecords):
 
     def restore(self, coordinator: ConsumerCoordinator) -> int:
         """Rebuild every recorded group in the coordinator (start-up, after replay, on the
-        event loop: sessions start now; restored groups get no restart hold); returns how
-        many."""
+        event loop: sessions start now, and again when the main serves clients,
+        `ConsumerCoordinator.renew_sessions`; restored groups get no restart hold); returns
+        how many."""
         now = trio.current_time()
         session_ms = coordinator.config.consumer_session_timeout_ms
         for gid, stored in self.durable.items():
