@@ -159,7 +159,7 @@ async def read_registrations(store: AsyncObjectStore) -> list[NodeRegistration]:
 
 class NodeRegistrar:
     """Keeps one node's registration fresh: register at start, heartbeat every `interval_s`,
-    mark it stopped at a clean stop."""
+    mark it stopped at a clean stop (not after `abandon`)."""
 
     def __init__(
         self,
@@ -176,6 +176,13 @@ class NodeRegistrar:
         self.heartbeats = 0
         self.failures = 0
         self.last_error: str | None = None
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        """This process is about to stop as if it died (its WAL was fenced): its registration
+        is left running, to go stale, rather than marked stopped. A stopped main keeps what
+        it leads until it is restarted; a dead one has it moved to the others."""
+        self.abandoned = True
 
     async def register(self) -> None:
         """Write this node's registration, taking over one a previous process left.
@@ -249,8 +256,9 @@ class NodeRegistrar:
             log.critical("stopping: %s", exc)
             raise
         finally:
-            with trio.CancelScope(shield=True):
-                await self.stop()
+            if not self.abandoned:
+                with trio.CancelScope(shield=True):
+                    await self.stop()
 
     async def _register_and_beat(self, task_status: trio.TaskStatus[None]) -> None:
         while True:

@@ -197,6 +197,26 @@ def test_registrations_heartbeat_take_over_a_dead_predecessor_and_refuse_a_twin(
     trio.run(main)
 
 
+def test_an_abandoned_registration_is_left_running_to_go_stale(store: ObjectStore) -> None:
+    """A main whose WAL was fenced stops as if it died: its registration must not say
+    "stopped" (which keeps a main's partitions waiting for its restart)."""
+
+    async def main() -> None:
+        astore = AsyncObjectStore(store, max_threads=4)
+        for abandon, state in ((False, "stopped"), (True, "running")):
+            me = NodeRegistration.new("main", 1, "az1", "127.0.0.1", 9092, 9094)
+            registrar = NodeRegistrar(astore, me, interval_s=0.2, session_timeout_s=5)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(registrar.run)
+                if abandon:
+                    registrar.abandon()
+                nursery.cancel_scope.cancel()
+            (seen,) = await read_registrations(astore)
+            assert (seen.incarnation, seen.state) == (registrar.me.incarnation, state)
+
+    trio.run(main)
+
+
 # -- a fleet ------------------------------------------------------------------------------------
 
 

@@ -127,6 +127,10 @@ class MainWatch:
             return False
         if fenced:
             fence = await trio.to_thread.run_sync(read_fence, fs, self.writer_id)
+            if self.role.registrar is not None:
+                # Not a clean stop: moves to this main may be under way, and nothing restarts
+                # it in time for them, so the controller must see it die and move them on.
+                self.role.registrar.abandon()
             raise MainFenced(
                 f"main {self.node_id}'s WAL was fenced by main "
                 f"{fence.by if fence else '?'} ({fence.reason if fence else 'no reason'}): "
