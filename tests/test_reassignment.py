@@ -303,6 +303,13 @@ def test_evacuate_dead_mains() -> None:
     key2 = ("orders", led_by_2[1])
     assert not requested.moves[key2].source_dead
     assert evacuate(requested, {2}, [1, 3], 10).moves[key2].source_dead
+    # A main found dead whose partitions are being taken over answers probes again for a
+    # moment before it sees the fence and stops: never a target (it would never take over).
+    fencing = evacuate(doc, {1}, [2, 3], 11)
+    assert fencing.moves and all(m.source == 1 for m in fencing.moves.values())
+    then = evacuate(fencing, {2}, [1, 3], 12)
+    assert {then.moves[("orders", p)].target for p in led_by_2} == {3}
+    assert evacuate(fencing, {2, 3}, [1], 13) is fencing  # nowhere else to go: wait
 
 
 def test_golden_takeover_record_header() -> None:

@@ -289,7 +289,9 @@ class Handoff:
                 )
             if made:
                 log.warning("fenced main %d's WAL: %s", move.source, fence.reason)
+        began = time.monotonic()
         tail = await self._tail(move, plog.topic_id, start, move.wal_end if sealed else None)
+        read_s = time.monotonic() - began
         if sealed and tail.end < move.end:
             raise TakeoverIncomplete(
                 f"main {move.source}'s WAL holds {move.key} up to {tail.end}, sealed at {move.end}"
@@ -308,12 +310,14 @@ class Handoff:
             tier.tracker.load({key: stream.end_offset})
             store.set_manifest(manifest)
         batches = [(b.data_header(), b.payload or b"") for b in tail.batches]
+        began = time.monotonic()
         await store.take_over(takeover_header(move, tail), batches)
+        write_s = time.monotonic() - began
         await self.role.meta.update(lambda d: finish_move(d, move))
         self.role.poke_peers()
         log.info(
             "took %s-%d over from main %d (%s): objects below %d, %d batches replayed to %d, "
-            "leader epoch %d",
+            "leader epoch %d (tail read in %.2f s, written in %.2f s)",
             move.topic,
             move.partition,
             move.source,
@@ -322,6 +326,8 @@ class Handoff:
             len(tail.batches),
             tail.end,
             move.epoch,
+            read_s,
+            write_s,
         )
 
     async def _tail(self, move: Move, topic_id: bytes, start: int, end: int | None) -> Tail:
@@ -366,15 +372,17 @@ class Handoff:
             TailCollector(r.move.topic, r.move.partition, r.topic_id, r.start) for r in requests
         ]
         by_partition: dict[Any, TailCollector] = {(c.topic, c.partition): c for c in collectors}
+        began = time.monotonic()
+        scanned = 0
         reader = WalReader(store.reader.fs, main_writer_id(source))
         try:
             segments = reader.segments()
             first = _scan_start(reader, segments, requests)
             records = reader.iter_records(first, end) if segments else iter(())
-            for n, record in enumerate(records):
+            for scanned, record in enumerate(records, 1):
                 rtype, header = int(record.type), record.header
                 # The first record goes to every collector: only a SNAPSHOT there counts.
-                if n and rtype in (DATA, LINK):
+                if scanned > 1 and rtype in (DATA, LINK):
                     collector = by_partition.get((header.get("t"), header.get("p")))
                     if collector is not None:
                         collector.add(rtype, header, record.payload)
@@ -384,9 +392,12 @@ class Handoff:
         finally:
             reader.close()
         tails = [c.result() for c in collectors]
+        scan_s = time.monotonic() - began
+        linked = 0
         for tail in tails:
             for batch in tail.batches:
                 if batch.is_link:
+                    linked += 1
                     link = PreparedLink.from_header(batch.header)
                     batch.payload = rebuild_linked_batch(
                         store.batches.reader_for(link.target.writer),
@@ -396,6 +407,16 @@ class Handoff:
                     )
                 else:
                     batch.payload = bytes(batch.payload or b"")
+        log.info(
+            "read main %d's WAL for %d partitions: %d records scanned in %.2f s, %d linked "
+            "batches rebuilt in %.2f s",
+            source,
+            len(requests),
+            scanned,
+            scan_s,
+            linked,
+            time.monotonic() - began - scan_s,
+        )
         return tails
 
     # -- a former leader --------------------------------------------------------------------

@@ -266,7 +266,12 @@ def evacuate(doc: ClusterDoc, dead: set[int], live: list[int], now_ms: int) -> C
     A move whose target died is cancelled when its source lives (the source resumes), and
     goes to such a main when both died (sealed or not: the dead target never finished, and
     it cannot finish a move that names another main). Every move off a dead main is marked
-    `source_dead`: its target fences the source's WAL rather than waiting for a seal."""
+    `source_dead`: its target fences the source's WAL rather than waiting for a seal.
+
+    A main that is the source of a `source_dead` move is never a target, even when it answers
+    probes again: its WAL is fenced, and it stops as soon as it notices."""
+    being_fenced = {m.source for m in doc.moves.values() if m.source_dead}
+    live = [n for n in live if n not in being_fenced]
     if not dead or not live:
         return doc
     load = dict.fromkeys(live, 0)
