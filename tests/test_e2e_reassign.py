@@ -672,3 +672,43 @@ def test_move_off_a_killed_main(split_fleet: SplitFleet, request: pytest.Fixture
         assert set(leaders.values()) <= set(live), leaders
         got = consume_confluent(zfleet.bootstrap(live_zone), live_zone, wide, 6, 600, timeout=60)
         check_exactly_once_in_order(got, 600, "w")
+
+
+def test_a_takeover_uploads_the_tail_it_copied(tmp_path: Path) -> None:
+    """The tail a takeover copies (what the dead main had not uploaded yet) goes to objects at
+    once, not at the next upload interval (an hour here): otherwise the partition's next
+    takeover would scan and copy it again, and failover would grow with every move."""
+    fleet = SplitFleet(tmp_path / "fleet")
+    text = fleet.path.read_text()
+    assert "upload_interval_s = 60.0" in text
+    fleet.path.write_text(text.replace("upload_interval_s = 60.0", "upload_interval_s = 3600.0"))
+    fleet.start()
+    try:
+        zfleet = fleet.fleet
+        topic = f"tail-{uuid.uuid4().hex[:8]}"
+        create_topic(zfleet, "az1", topic, 1)
+        source, _ = _leader(zfleet, topic, 0)
+        live = {m.broker.node_id for m in zfleet.config.mains} - {source}
+        zone = next(m.broker.zone for m in zfleet.config.mains if m.broker.node_id in live)
+        produce_confluent(zfleet.bootstrap(zone), zone, topic, 400, "t")
+        manifests = tmp_path / "fleet" / "objects" / "manifests"
+        named = f'"topic":"{topic}"'
+        assert not any(named in p.read_text() for p in manifests.glob("*.json"))
+        next(m for m in fleet.mains if m.node_id == source).kill()
+        leader = [-1]
+
+        def moved() -> bool:
+            leader[0] = _leader(zfleet, topic, 0, skip={source})[0]
+            return leader[0] in live
+
+        wait_until(moved, 60, lambda: f"{topic} still led by {leader[0]}")
+        target = manifests / f"{leader[0]}.json"
+        wait_until(
+            lambda: target.exists() and named in target.read_text(),
+            30,
+            lambda: f"main {leader[0]} has not uploaded the tail it took over",
+        )
+        records = consume_confluent(zfleet.bootstrap(zone), zone, topic, 1, 400)
+        check_exactly_once_in_order(records, 400, "t")
+    finally:
+        fleet.close()

@@ -315,6 +315,8 @@ class Handoff:
         write_s = time.monotonic() - began
         await self.role.meta.update(lambda d: finish_move(d, move))
         self.role.poke_peers()
+        if tier is not None:
+            tier.upload_soon()
         log.info(
             "took %s-%d over from main %d (%s): objects below %d, %d batches replayed to %d, "
             "leader epoch %d (tail read in %.2f s, written in %.2f s)",

@@ -95,6 +95,7 @@ class ObjectTier:
         self.last_error: str | None = None
         self.last_upload_at: float | None = None
         self._last_attempt = time.monotonic()
+        self._upload_soon = False
         self._requests = {"put": 0, "get": 0}
         self._request_bytes = {"put": 0, "get": 0}
         self._lock = threading.Lock()
@@ -159,6 +160,13 @@ class ObjectTier:
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
+    def upload_soon(self) -> None:
+        """Upload what is pending without waiting for the interval: after a takeover, whose
+        tail (un-uploaded at the dead main, perhaps for a whole interval) the next takeover of
+        the partition would otherwise scan and copy again, and the WAL holds meanwhile."""
+        self._upload_soon = True
+        self.broker.store.notify_data()
+
     def adopt(self, plog: PartitionLog) -> bool:
         return plog.adopt_objects(self.manifests.manifest.stream(plog.topic_id, plog.partition))
 
@@ -177,12 +185,14 @@ class ObjectTier:
                 self._update_floor()
                 now = time.monotonic()
                 due = pending > 0 and (
-                    pending >= cfg.upload_threshold_bytes
+                    self._upload_soon
+                    or pending >= cfg.upload_threshold_bytes
                     or now - self._last_attempt >= cfg.upload_interval_s
                 )
                 uploaded = False
                 if due:
                     self._last_attempt = now
+                    self._upload_soon = False
                     try:
                         await self.upload_once()
                         backoff = MIN_BACKOFF_S
