@@ -233,6 +233,7 @@ class WalWriter:
         self._failed: WalError | None = None
         # A group whose write failed with a retriable error, held until it is written; and why.
         self._held: _Group | None = None
+        self._roll_requested = False
         self._stalled: WalError | None = None
         self._stalled_since = 0.0
         self._stall_logged = 0.0
@@ -348,6 +349,12 @@ class WalWriter:
         self._wakeup.set()
         return ticket
 
+    def roll_soon(self) -> None:
+        """Start a new segment with the next group (when the active one holds records): its
+        head SNAPSHOT holds the owner's state as of then, a point a reader of this WAL may
+        start at (a takeover scans from the newest one below what it needs)."""
+        self._roll_requested = True
+
     async def append(
         self,
         type: RecordType,
@@ -423,9 +430,12 @@ class WalWriter:
         self._queued_bytes -= nbytes
         segment = self._active
         size = self._sizes[segment] if segment is not None else 0
-        new_segment = segment is None or (size > 0 and size + nbytes > self.config.segment_bytes)
+        new_segment = segment is None or (
+            size > 0 and (self._roll_requested or size + nbytes > self.config.segment_bytes)
+        )
         if new_segment:
             segment, size = self._end, 0
+            self._roll_requested = False
         assert segment is not None
         records: list[tuple[int, bytes, memoryview]] = []
         start = size

@@ -149,6 +149,23 @@ async def test_roll_writes_snapshot_first_in_every_segment(wal_fs: FS) -> None:
     assert [r.position for r in all_records if r.type is RecordType.DATA] == positions
 
 
+async def test_roll_soon_starts_the_next_group_in_a_new_segment(wal_fs: FS) -> None:
+    def provider() -> tuple[dict[str, Any], bytes]:
+        return {"k": "snapshot"}, b""
+
+    wal = await WalWriter.open(wal_fs, "w1", no_retention(), provider)
+    async with running(wal):
+        first = await wal.append(RecordType.DATA, {"i": 0}, b"d")
+        wal.roll_soon()
+        second = await wal.append(RecordType.DATA, {"i": 1}, b"d")
+        third = await wal.append(RecordType.DATA, {"i": 2}, b"d")
+    assert first.segment == 0 and second.segment == third.segment > 0
+    assert wal.segments() == [0, second.segment]
+    with WalReader(wal_fs, "w1") as reader:
+        head = next(reader.iter_records(second.segment, None))
+    assert head.type is RecordType.SNAPSHOT and head.position.position == 0
+
+
 async def test_new_wal_without_provider_has_no_snapshot(wal_fs: FS) -> None:
     wal = await WalWriter.open(wal_fs, "w1", no_retention())
     async with running(wal):

@@ -281,6 +281,11 @@ class ObjectTier:
         self.tracker.committed(committed)
         self._update_floor()
         self._update_links_floor()
+        # A segment per upload: the next one's head SNAPSHOT sits about where this upload
+        # ended, so a takeover after this main's death scans about one upload interval of
+        # its WAL, not up to a whole segment (main_broker/cluster/handoff.py _scan_start),
+        # and uploaded segments go sooner.
+        store.wal.roll_soon()
         self.uploads += 1
         self.objects_uploaded += len(uploaded)
         self.bytes_uploaded += nbytes
