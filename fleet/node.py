@@ -14,6 +14,7 @@ from fleet.admin_http import serve_admin_http
 from fleet.audit_file import open_audit_log
 from fleet.config import MainBrokerNode, ProxyNode
 from kafka_wire.connection_limits import ConnectionLimits
+from kafka_wire.server_loop import ClientServing
 from main_broker.broker import MainBroker
 from proxy_broker.broker import ProxyBroker
 from telemetry import MetricsRegistry
@@ -69,7 +70,7 @@ def _admin_refused(audit: AuditLog, host: str, port: int, what: str) -> None:
 class _Node(Protocol):
     """What the admin endpoint and the supervisor use of a main broker or a proxy."""
 
-    connection_limits: ConnectionLimits
+    clients: ClientServing
 
     def status(self) -> dict[str, Any]: ...
     def health(self) -> tuple[bool, str]: ...
@@ -92,7 +93,7 @@ async def _run_node(
     registry = MetricsRegistry()
     with _node_audit(audit_template, name) as audit:
         node = build(registry, audit)
-        _export_connections(node.connection_limits, registry)
+        _export_connections(node.clients.limits, registry)
         async with trio.open_nursery() as nursery:
             await nursery.start(
                 partial(

@@ -324,6 +324,94 @@ def connection_info(stream: trio.abc.Stream, listener: str = "kafka") -> Connect
         return ConnectionInfo("?", 0, 0, listener)
 
 
+class CountedGauge(Protocol):
+    def inc(self) -> None: ...
+
+    def dec(self) -> None: ...
+
+
+class ClientLimitsConfig(Protocol):
+    """The client-connection settings every broker's configuration has (Kafka's names in
+    each field's comment there)."""
+
+    @property
+    def max_request_bytes(self) -> int: ...
+    @property
+    def max_in_flight_per_connection(self) -> int: ...
+    @property
+    def connections_max_idle_s(self) -> float: ...
+    @property
+    def max_connections(self) -> int: ...
+    @property
+    def max_connections_per_ip(self) -> int: ...
+    @property
+    def max_in_flight_bytes_per_connection(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClientServing:
+    """A node's client connections, each served by `serve_connection` with the node's limits,
+    meter and bad-input log, and counted in its open-connections gauge. `serve` suits
+    trio.serve_tcp and the named listeners (kafka_wire.secure_listeners) alike."""
+
+    processor: RequestProcessor
+    max_frame_bytes: int
+    max_in_flight: int
+    idle_timeout_s: float | None
+    meter: WireMeter | None
+    bad_input: BadInputLog | None
+    limits: ConnectionLimits
+    connections: CountedGauge
+
+    @classmethod
+    def for_node(
+        cls,
+        processor: RequestProcessor,
+        config: ClientLimitsConfig,
+        meter: WireMeter,
+        connections: CountedGauge,
+        bad_input: BadInputLog,
+    ) -> ClientServing:
+        limits = ConnectionLimits(
+            config.max_connections,
+            config.max_connections_per_ip,
+            config.max_in_flight_bytes_per_connection,
+        )
+        return cls(
+            processor,
+            max_frame_bytes=config.max_request_bytes,
+            max_in_flight=config.max_in_flight_per_connection,
+            idle_timeout_s=config.connections_max_idle_s or None,
+            meter=meter,
+            bad_input=bad_input,
+            limits=limits,
+            connections=connections,
+        )
+
+    async def serve(
+        self,
+        stream: trio.abc.Stream,
+        conn: ConnectionInfo | None = None,
+        gate: Callable[[ConnectionInfo], ConnectionGate] | None = None,
+    ) -> None:
+        self.connections.inc()
+        try:
+            await serve_connection(
+                stream,
+                self.processor,
+                conn=conn,
+                gate=gate,
+                max_frame_bytes=self.max_frame_bytes,
+                max_in_flight=self.max_in_flight,
+                meter=self.meter,
+                bad_input=self.bad_input,
+                limits=self.limits,
+                idle_timeout_s=self.idle_timeout_s,
+            )
+        finally:
+            self.connections.dec()
+
+
 async def serve_connection(
     stream: trio.abc.Stream,
     processor: RequestProcessor,

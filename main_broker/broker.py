@@ -39,7 +39,6 @@ from kafka_wire.codec import (
     parse_request_header,
     warm_up,
 )
-from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.leader_hints import Endpoint, HintSource, PartitionKey
 from kafka_wire.quotas.enforcer import EXPIRY_INTERVAL_S, QUOTA_REFRESH_S, QuotaEnforcer
 from kafka_wire.quotas.manager import QuotaType
@@ -48,12 +47,11 @@ from kafka_wire.security_docs import SecurityDocError
 from kafka_wire.server_loop import (
     ANONYMOUS_PRINCIPAL,
     Buffer,
+    ClientServing,
     CloseConnection,
-    ConnectionGate,
     ConnectionIdentity,
     ConnectionInfo,
     Finish,
-    serve_connection,
 )
 from kafka_wire.topic_bytes import TopicFinish
 from main_broker.accounting import MainTraffic
@@ -194,12 +192,10 @@ class MainBroker:
         self.metrics = BrokerMetrics.create(self.registry)
         # Warnings about what peers send, rate-limited per peer and counted by kind.
         self.bad_input = BadInputLog(log, lambda kind: self.metrics.bad_input.labels(kind).inc())
-        self.connection_limits = ConnectionLimits(
-            config.max_connections,
-            config.max_connections_per_ip,
-            config.max_in_flight_bytes_per_connection,
-        )
         self.traffic = MainTraffic(config, self.registry, self._topic_name)
+        self.clients = ClientServing.for_node(
+            self, config, self.traffic.kafka, self.metrics.connections, self.bad_input
+        )
         self.versions = advertised_versions()
         self.storage_failed = False
         self.ready = False
@@ -372,7 +368,7 @@ class MainBroker:
                 self.zone_view.set_live_proxies(self._live_proxies())
                 nursery.start_soon(self._end_proxy_grace)
                 listeners = await nursery.start(
-                    partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
+                    partial(trio.serve_tcp, self.clients.serve, cfg.port, host=cfg.host)
                 )
                 # Restored group members' sessions run from now: they could not heartbeat
                 # while the main was starting (seconds, under load).
@@ -381,7 +377,7 @@ class MainBroker:
                 self.bound_port = listeners[0].socket.getsockname()[1]
                 if self.secure.sasl is not None:
                     nursery.start_soon(self._keep_scram_fresh)
-                await self.secure.serve(nursery, self._serve_stream)
+                await self.secure.serve(nursery, self.clients.serve)
                 if cfg.advertised_port is None or self.secure.listeners:
                     cfg.advertised_port = cfg.advertised_port or self.bound_port
                     # It names this node by its ports.
@@ -533,32 +529,6 @@ class MainBroker:
         )
         parts = await self.begin(header, frame, conn)()
         return RelayResult(b"".join(parts) if parts is not None else None).to_wire()
-
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        await self._serve_stream(stream)
-
-    async def _serve_stream(
-        self,
-        stream: trio.abc.Stream,
-        conn: ConnectionInfo | None = None,
-        gate: Callable[[ConnectionInfo], ConnectionGate] | None = None,
-    ) -> None:
-        self.metrics.connections.inc()
-        try:
-            await serve_connection(
-                stream,
-                self,
-                conn=conn,
-                gate=gate,
-                max_frame_bytes=self.config.max_request_bytes,
-                max_in_flight=self.config.max_in_flight_per_connection,
-                meter=self.traffic.kafka,
-                bad_input=self.bad_input,
-                limits=self.connection_limits,
-                idle_timeout_s=self.config.connections_max_idle_s or None,
-            )
-        finally:
-            self.metrics.connections.dec()
 
     def _observe_group_commit(self, nbytes: int, seconds: float) -> None:
         self.metrics.wal_fsync_latency.observe(seconds)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -33,7 +33,6 @@ from kafka_wire.codec import (
     decode_request,
     encode_response,
 )
-from kafka_wire.connection_limits import ConnectionLimits
 from kafka_wire.fetch_serving import read_failures_fail_the_partition, serve_fetch
 from kafka_wire.leader_epochs import API_OFFSET_FOR_LEADER_EPOCH, offsets_for_leader_epochs
 from kafka_wire.leader_hints import Endpoint, PartitionKey
@@ -42,11 +41,10 @@ from kafka_wire.quotas.enforcer import QuotaEnforcer
 from kafka_wire.quotas.manager import QuotaType
 from kafka_wire.server_loop import (
     Buffer,
+    ClientServing,
     CloseConnection,
-    ConnectionGate,
     ConnectionInfo,
     Finish,
-    serve_connection,
 )
 from proxy_broker.access import ProxyAccess
 from proxy_broker.accounting import ProxyTraffic
@@ -110,12 +108,10 @@ class ProxyBroker:
         self.metrics = BrokerMetrics.create(self.registry)
         # Warnings about what peers send, rate-limited per peer and counted by kind.
         self.bad_input = BadInputLog(log, lambda kind: self.metrics.bad_input.labels(kind).inc())
-        self.connection_limits = ConnectionLimits(
-            config.max_connections,
-            config.max_connections_per_ip,
-            config.max_in_flight_bytes_per_connection,
-        )
         self.traffic = ProxyTraffic(config, self.registry, self.topic_name)
+        self.clients = ClientServing.for_node(
+            self, config, self.traffic.kafka, self.metrics.connections, self.bad_input
+        )
         self.ready = False
         self.bound_port: int | None = None
         self.started_at = time.time()
@@ -223,10 +219,10 @@ class ProxyBroker:
                     nursery.start_soon(mirror.run)
                     nursery.start_soon(self.pipes[node].run)
                 listeners = await nursery.start(
-                    partial(trio.serve_tcp, self._serve, cfg.port, host=cfg.host)
+                    partial(trio.serve_tcp, self.clients.serve, cfg.port, host=cfg.host)
                 )
                 self.bound_port = listeners[0].socket.getsockname()[1]
-                await self.secure.serve(nursery, self._serve_stream)
+                await self.secure.serve(nursery, self.clients.serve)
                 if cfg.advertised_port is None or self.secure.listeners:
                     cfg.advertised_port = cfg.advertised_port or self.bound_port
                     self.topology = self._topology().with_down_mains(self.topology.down_mains)
@@ -311,32 +307,6 @@ class ProxyBroker:
         store = await trio.to_thread.run_sync(open_object_store, url)
         store.traffic_hook = self.traffic.s3_request
         return ProxyObjects(store, self.config.object_cache_bytes, self.registry)
-
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        await self._serve_stream(stream)
-
-    async def _serve_stream(
-        self,
-        stream: trio.abc.Stream,
-        conn: ConnectionInfo | None = None,
-        gate: Callable[[ConnectionInfo], ConnectionGate] | None = None,
-    ) -> None:
-        self.metrics.connections.inc()
-        try:
-            await serve_connection(
-                stream,
-                self,
-                conn=conn,
-                gate=gate,
-                max_frame_bytes=self.config.max_request_bytes,
-                max_in_flight=self.config.max_in_flight_per_connection,
-                meter=self.traffic.kafka,
-                bad_input=self.bad_input,
-                limits=self.connection_limits,
-                idle_timeout_s=self.config.connections_max_idle_s or None,
-            )
-        finally:
-            self.metrics.connections.dec()
 
     def status(self) -> dict[str, Any]:
         return {
